@@ -1,0 +1,140 @@
+//! What a lock mode is: three scripts with one calling convention.
+//!
+//! Every mode's scripts take the same KEYS and ARGV and answer in the same shape, so the one
+//! acquire loop, the lease, the guard and (for Redlock) the quorum layer run any mode without
+//! knowing which it is. A mode is its `.lua` files plus a `static Algorithm`.
+//!
+//! | script  | KEYS                  | ARGV             | reply                                      |
+//! |---------|-----------------------|------------------|--------------------------------------------|
+//! | acquire | lock, fencing counter | owner, ttl in ms | `{1, fence}` / `{0, holder ms}` / `{-1, type}` |
+//! | release | lock                  | owner            | `1` released / `0` not ours                |
+//! | extend  | lock                  | owner, ttl in ms | `1` renewed / `0` not ours                 |
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Script, Value};
+
+use crate::error::{Error, Op};
+use crate::key::LockKey;
+
+/// One lock mode's scripts.
+pub(crate) struct Algorithm {
+    /// The mode's name, as the macros spell it.
+    #[allow(dead_code)]
+    pub(crate) name: &'static str,
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) extend: Script,
+}
+
+/// The answer to one acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Held, with this fencing token.
+    Acquired { fence: u64 },
+    /// Held by someone else, whose lease has this much left (when the server said).
+    Busy { holder_ttl: Option<Duration> },
+}
+
+impl Algorithm {
+    /// One acquire attempt. `redis::Script` sends `EVALSHA` and falls back to `EVAL` when the
+    /// server has lost the script (a restart, `SCRIPT FLUSH`), so a restarted server just works.
+    pub(crate) async fn try_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<Attempt, Error> {
+        let reply: Value = self
+            .acquire
+            .key(key.lock())
+            .key(key.fence())
+            .arg(owner)
+            .arg(ttl_ms)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| script_error(Op::Acquire, key, e))?;
+        parse_acquire(key, reply)
+    }
+
+    /// Gives the lock back if it is still ours; `false` when it was not (expired or taken).
+    pub(crate) async fn try_release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, Error> {
+        let n: i64 = self
+            .release
+            .key(key.lock())
+            .arg(owner)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| script_error(Op::Release, key, e))?;
+        Ok(n == 1)
+    }
+
+    /// Renews the lease to `ttl_ms` from now if it is still ours; `false` when it was not.
+    pub(crate) async fn try_extend<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, Error> {
+        let n: i64 = self
+            .extend
+            .key(key.lock())
+            .arg(owner)
+            .arg(ttl_ms)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| script_error(Op::Extend, key, e))?;
+        Ok(n == 1)
+    }
+}
+
+fn parse_acquire(key: &LockKey, reply: Value) -> Result<Attempt, Error> {
+    let malformed = || Error::Redis {
+        op: Op::Acquire,
+        key: Some(key.name().to_owned()),
+        source: redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "acquire script answered in an unexpected shape",
+        )),
+    };
+    let Value::Array(items) = reply else {
+        return Err(malformed());
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
+            fence: u64::try_from(*fence).map_err(|_| malformed())?,
+        }),
+        [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
+            holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),
+        }),
+        [Value::Int(-1), found] => Err(Error::WrongType {
+            key: key.name().to_owned(),
+            found: match found {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => "value of another type".to_owned(),
+            },
+        }),
+        _ => Err(malformed()),
+    }
+}
+
+/// Maps a failed script call, turning Redis's WRONGTYPE (a helper key of the lock holds the
+/// application's own data) into [`Error::WrongType`].
+fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
+    if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
+        return Error::WrongType {
+            key: key.name().to_owned(),
+            found: "value of another type".to_owned(),
+        };
+    }
+    Error::redis(op, key.name(), e)
+}

@@ -1,0 +1,232 @@
+//! The lock client: one Redis deployment, its connection and its settings.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{Error, Op};
+use crate::key::{self, LockKey};
+use crate::lock::LockRequest;
+use crate::setnx;
+
+/// Default time to open a connection; an unreachable server is reported after this long.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time to wait for one reply. Far below any sensible ttl, so a stalled server is
+/// noticed while a lease can still be renewed elsewhere or given up cleanly.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default key prefix: keeps lock keys apart from the application's own keys.
+pub const DEFAULT_PREFIX: &str = "distlock";
+/// Default longest lock name in bytes. Lock names are identifiers; a name this long is
+/// almost certainly a value pasted in by mistake (and every acquire would send it).
+pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
+
+/// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
+/// share one multiplexed connection, which reconnects by itself after a failure.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock::Error> {
+/// use std::time::Duration;
+/// let locks = distlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = locks
+///     .lock("order:42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// // ... the critical section; `guard.fencing_token()` orders writes to other systems ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) addr: String,
+    pub(crate) prefix: String,
+    pub(crate) max_key_len: usize,
+    /// Random per client: distinguishes owners across processes in reentrant and read/write
+    /// locks, whose owner is this id plus the task.
+    #[allow(dead_code)]
+    pub(crate) id: String,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("addr", &self.inner.addr)
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis node with default settings. The URL may be `redis://`, `rediss://`
+    /// (with the `tls` feature), carry `user:password@` and a database number.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Client::builder(url).connect().await
+    }
+
+    /// Starts configuring a client for one Redis node.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            max_key_len: DEFAULT_MAX_KEY_LEN,
+        }
+    }
+
+    /// An exclusive, non-reentrant lock (`SET NX PX` with a random owner token).
+    ///
+    /// The name may be any UTF-8 text; it is checked when the lock is acquired.
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(self, &setnx::SETNX, name.as_ref())
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub(crate) fn key(&self, name: &[u8]) -> Result<LockKey, Error> {
+        LockKey::new(&self.inner.prefix, name, self.inner.max_key_len)
+    }
+}
+
+/// Settings for a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct ClientBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    max_key_len: usize,
+}
+
+impl ClientBuilder {
+    /// Prefix of every key this client writes (default `"distlock"`; empty for none). It must
+    /// not contain `{` or `}`, which Redis Cluster would take as the hash tag.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long opening a connection may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one reply may take (default 1 s). Keep it well below your lock ttls.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Longest accepted lock name in bytes (default 8 KiB).
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = bytes;
+        self
+    }
+
+    /// Opens the connection. Fails within the connect timeout when no server answers.
+    pub async fn connect(self) -> Result<Client, Error> {
+        key::validate_prefix(&self.prefix)?;
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(Error::config("connect and response timeouts must be above zero"));
+        }
+        let addr = redact(&self.url);
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::config(format!("cannot use Redis URL `{addr}`: {e}"))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_secs(1));
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let conn = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(source)) => return Err(connect_error(&addr, source)),
+            Err(_) => {
+                let timeout = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.connect_timeout),
+                );
+                return Err(connect_error(&addr, timeout.into()));
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                conn,
+                addr,
+                prefix: self.prefix,
+                max_key_len: self.max_key_len,
+                id: crate::token::client_id(),
+            }),
+        })
+    }
+}
+
+fn connect_error(addr: &str, source: redis::RedisError) -> Error {
+    Error::Redis {
+        op: Op::Connect,
+        key: Some(addr.to_owned()),
+        source,
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{}{}@{}", &url[..scheme_end], masked, &rest[at + 1..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+static DEFAULT: OnceLock<Client> = OnceLock::new();
+
+/// Sets the client that locked functions use when they name no `client = ..`. Returns the
+/// client back as an error if a default was already set (the first one stays).
+pub fn set_default(client: Client) -> Result<(), Client> {
+    DEFAULT.set(client)
+}
+
+/// The client set with [`set_default`], or [`Error::NoClient`].
+pub fn default_client() -> Result<&'static Client, Error> {
+    DEFAULT.get().ok_or(Error::NoClient)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("rediss://secret@h"), "rediss://***@h");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact("h:1"), "h:1");
+    }
+}

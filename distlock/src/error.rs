@@ -1,0 +1,222 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What the library was doing when Redis failed; carried by [`Error::Redis`] so a log line
+/// says whether a lock may still be held (a failed release) or was never taken (a failed acquire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Opening the connection.
+    Connect,
+    /// Taking a lock.
+    Acquire,
+    /// Renewing a held lease (by hand or by the watchdog).
+    Extend,
+    /// Giving a lock back.
+    Release,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Connect => "connect",
+            Op::Acquire => "acquire",
+            Op::Extend => "extend",
+            Op::Release => "release",
+        })
+    }
+}
+
+/// Why one node of a quorum did not grant a request.
+#[derive(Debug, Clone)]
+pub struct NodeError {
+    /// The node's address, with any password removed.
+    pub node: String,
+    /// What went wrong there.
+    pub reason: String,
+}
+
+/// Everything that can go wrong with a lock.
+///
+/// Every variant carries the lock's key (shortened for display when it is very long) and the
+/// context needed to act on it. [`Error::is_retryable`] tells transient conditions (busy,
+/// timeout, a dropped connection) from mistakes that will fail again (a bad key or config).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A single attempt (`wait` of zero) found the lock held by someone else.
+    #[error("lock `{key}` is held by another owner")]
+    Busy {
+        /// The lock's name.
+        key: String,
+    },
+
+    /// The lock stayed busy for the whole wait.
+    #[error("lock `{key}` still busy after waiting {waited:?} ({attempts} attempts)")]
+    Timeout {
+        /// The lock's name.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+        /// How many acquire attempts were sent.
+        attempts: u32,
+    },
+
+    /// The lease ended while the holder still believed it held the lock: renewal was refused
+    /// or did not succeed before the lease ran out. Anything done after this point may overlap
+    /// with the next holder; fencing tokens let a resource refuse such late writes.
+    #[error("lease on `{key}` was lost after holding it for {held_for:?}")]
+    LeaseLost {
+        /// The lock's name.
+        key: String,
+        /// How long the lock had been held when the loss was noticed.
+        held_for: Duration,
+    },
+
+    /// A release or extension was refused because the lock is no longer ours (it expired and
+    /// may have been taken by another owner, whose hold was left untouched).
+    #[error("lock `{key}` is not held by this owner (expired or taken over)")]
+    NotOwner {
+        /// The lock's name.
+        key: String,
+    },
+
+    /// Fewer than a majority of the quorum's nodes granted the request in time.
+    #[error("quorum not reached for `{key}`: {acked} of {needed} needed nodes agreed{}", fmt_node_errors(.errors))]
+    QuorumNotReached {
+        /// The lock's name.
+        key: String,
+        /// How many nodes granted the request.
+        acked: usize,
+        /// How many were needed (a majority).
+        needed: usize,
+        /// Why the others did not.
+        errors: Vec<NodeError>,
+    },
+
+    /// A non-reentrant lock was requested again by the task that already holds it; waiting
+    /// would deadlock, so the request fails at once.
+    #[error("lock `{key}` is already held by this task and is not reentrant (use a reentrant lock to nest)")]
+    Reentrant {
+        /// The lock's name.
+        key: String,
+    },
+
+    /// The key holds a value that is not one of this library's locks (another type, or a plain
+    /// string without expiry). It was left untouched.
+    #[error("key for lock `{key}` holds a {found}, not a lock; it was left untouched (choose another name or prefix)")]
+    WrongType {
+        /// The lock's name.
+        key: String,
+        /// What the key holds.
+        found: String,
+    },
+
+    /// The lock name cannot be used.
+    #[error("invalid lock name `{key}`: {reason}")]
+    InvalidKey {
+        /// The lock's name (shortened).
+        key: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// A setting is out of range or inconsistent; nothing was sent to Redis.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
+    /// A locked function was called without `client = ..` and no default client was set.
+    #[error("no lock client: call distlock::set_default(client) at start-up or pass `client = ..`")]
+    NoClient,
+
+    /// Redis failed or could not be reached.
+    #[error("redis error during {op}{}: {source}", fmt_key(.key))]
+    Redis {
+        /// What was being done.
+        op: Op,
+        /// The lock's name, when the failure concerns one lock.
+        key: Option<String>,
+        /// The underlying error.
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+fn fmt_key(key: &Option<String>) -> String {
+    key.as_ref().map(|k| format!(" of `{k}`")).unwrap_or_default()
+}
+
+fn fmt_node_errors(errors: &[NodeError]) -> String {
+    if errors.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.node, e.reason))
+        .collect();
+    format!(" ({})", parts.join("; "))
+}
+
+impl Error {
+    /// True when trying the same operation again later may succeed: the lock was busy, the
+    /// wait ran out, a lease was lost, a quorum was short, or the connection failed. False for
+    /// mistakes that will fail again the same way (bad key, bad config, wrong type, no client).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Busy { .. }
+            | Error::Timeout { .. }
+            | Error::LeaseLost { .. }
+            | Error::QuorumNotReached { .. } => true,
+            Error::Redis { source, .. } => is_transient(source),
+            _ => false,
+        }
+    }
+
+    /// The lock's name this error concerns, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Error::Busy { key }
+            | Error::Timeout { key, .. }
+            | Error::LeaseLost { key, .. }
+            | Error::NotOwner { key }
+            | Error::QuorumNotReached { key, .. }
+            | Error::Reentrant { key }
+            | Error::WrongType { key, .. }
+            | Error::InvalidKey { key, .. } => Some(key),
+            Error::Redis { key, .. } => key.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn redis(op: Op, key: &str, source: redis::RedisError) -> Self {
+        Error::Redis {
+            op,
+            key: Some(key.to_owned()),
+            source,
+        }
+    }
+
+    pub(crate) fn config(reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A failure of the transport rather than of the request: the same request may succeed once
+/// the connection is back.
+pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(e.code(), Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN"))
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,62 @@
+//! Lease arithmetic: how long a granted lock may be trusted, on the local monotonic clock.
+
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// Shortest accepted ttl. Below this the clock-drift allowance (2 ms) eats the lease.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest accepted ttl. A lock held for longer is almost always a holder that died; keep
+/// ttls short and let the watchdog renew them instead.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The ttl in whole milliseconds, as `PX` takes it, or why it is refused. Checked before
+/// anything is sent: Redis itself would answer `ERR invalid expire time` for zero.
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
+    if ttl.is_zero() {
+        return Err(Error::config(
+            "ttl must be above zero: a lock without a lease never frees if its holder dies",
+        ));
+    }
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::config(format!(
+            "ttl {ttl:?} is out of range {MIN_TTL:?}..={MAX_TTL:?}"
+        )));
+    }
+    // Round up so the server never holds the lock for less than asked.
+    Ok(ttl.as_nanos().div_ceil(1_000_000) as u64)
+}
+
+/// Allowance for the server's clock running faster than ours: 1 % of the ttl plus 2 ms, the
+/// Redlock description's figure, applied to single nodes too.
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// When a lease granted for `ttl` on a request sent at `sent` stops being trustworthy. The
+/// server started its `PX` countdown after `sent`, so this is conservative.
+pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(ttl_ms(Duration::ZERO).unwrap_err().to_string().contains("above zero"));
+        assert!(ttl_ms(Duration::from_millis(9)).is_err());
+        assert!(ttl_ms(Duration::from_secs(31 * 24 * 3600)).is_err());
+        assert!(ttl_ms(Duration::MAX).is_err());
+        assert_eq!(ttl_ms(Duration::from_secs(10)).unwrap(), 10_000);
+        assert_eq!(ttl_ms(Duration::from_micros(10_500)).unwrap(), 11);
+    }
+
+    #[test]
+    fn validity_leaves_room_for_drift() {
+        let t = Instant::now();
+        let v = valid_until(t, Duration::from_secs(10));
+        assert_eq!(v - t, Duration::from_millis(9_898));
+    }
+}

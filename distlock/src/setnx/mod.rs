@@ -1,0 +1,17 @@
+//! The `setnx` lock of seeds 000-003, done right: `SET key token NX PX ttl` with a fresh
+//! 128-bit token per acquisition; release and extension only while the stored token is ours.
+//!
+//! Unlike seed 001's `SETNX` + `GETSET` scheme, no client clock value is ever written: the
+//! expiry is Redis's own `PX`, so client clocks need not agree.
+
+use std::sync::LazyLock;
+
+use crate::algorithm::Algorithm;
+
+/// The exclusive, non-reentrant lock.
+pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    name: "setnx",
+    acquire: redis::Script::new(include_str!("acquire.lua")),
+    release: redis::Script::new(include_str!("release.lua")),
+    extend: redis::Script::new(include_str!("extend.lua")),
+});
