@@ -138,12 +138,13 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client, Error> {
         key::validate_prefix(&self.prefix)?;
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(Error::config("connect and response timeouts must be above zero"));
+            return Err(Error::config(
+                "connect and response timeouts must be above zero",
+            ));
         }
         let addr = redact(&self.url);
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
-            Error::config(format!("cannot use Redis URL `{addr}`: {e}"))
-        })?;
+        let client = redis::Client::open(self.url.as_str())
+            .map_err(|e| Error::config(format!("cannot use Redis URL `{addr}`: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))

@@ -131,7 +131,9 @@ pub enum Error {
     },
 
     /// A locked function was called without `client = ..` and no default client was set.
-    #[error("no lock client: call distlock::set_default(client) at start-up or pass `client = ..`")]
+    #[error(
+        "no lock client: call distlock::set_default(client) at start-up or pass `client = ..`"
+    )]
     NoClient,
 
     /// Redis failed or could not be reached.
@@ -148,7 +150,9 @@ pub enum Error {
 }
 
 fn fmt_key(key: &Option<String>) -> String {
-    key.as_ref().map(|k| format!(" of `{k}`")).unwrap_or_default()
+    key.as_ref()
+        .map(|k| format!(" of `{k}`"))
+        .unwrap_or_default()
 }
 
 fn fmt_node_errors(errors: &[NodeError]) -> String {
@@ -215,7 +219,10 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
-        || matches!(e.code(), Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN"))
+        || matches!(
+            e.code(),
+            Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+        )
 }
 
 /// Result with this crate's [`Error`].

@@ -147,7 +147,12 @@ impl Drop for Guard {
 /// Best-effort release without blocking the caller: `Drop` cannot await, and blocking a
 /// runtime thread on I/O can deadlock a current-thread runtime. If no runtime is running,
 /// or the release fails, the lock still ends with its ttl.
-pub(crate) fn spawn_release(client: &Client, algorithm: &'static Algorithm, key: LockKey, owner: String) {
+pub(crate) fn spawn_release(
+    client: &Client,
+    algorithm: &'static Algorithm,
+    key: LockKey,
+    owner: String,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };

@@ -45,7 +45,10 @@ mod tests {
 
     #[test]
     fn ttl_bounds() {
-        assert!(ttl_ms(Duration::ZERO).unwrap_err().to_string().contains("above zero"));
+        assert!(ttl_ms(Duration::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("above zero"));
         assert!(ttl_ms(Duration::from_millis(9)).is_err());
         assert!(ttl_ms(Duration::from_secs(31 * 24 * 3600)).is_err());
         assert!(ttl_ms(Duration::MAX).is_err());

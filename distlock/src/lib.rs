@@ -49,8 +49,8 @@ mod token;
 mod wait;
 
 pub use client::{
-    default_client, set_default, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN,
-    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    default_client, set_default, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;

@@ -85,7 +85,15 @@ impl<'c> LockRequest<'c> {
             let sent = Instant::now();
             let failure = match algorithm.try_acquire(&mut conn, &key, &owner, ttl_ms).await {
                 Ok(Attempt::Acquired { fence }) => {
-                    let guard = Guard::new(client, algorithm, key.clone(), owner.clone(), fence, sent, ttl);
+                    let guard = Guard::new(
+                        client,
+                        algorithm,
+                        key.clone(),
+                        owner.clone(),
+                        fence,
+                        sent,
+                        ttl,
+                    );
                     if guard.is_held() {
                         return Ok(guard);
                     }
@@ -107,7 +115,9 @@ impl<'c> LockRequest<'c> {
                 }
             };
             let (error, holder_ttl) = failure.unwrap_or((None, None));
-            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
                 if unsure {
                     spawn_release(client, algorithm, key.clone(), owner);

@@ -1,12 +1,17 @@
--- Take the lock: SET NX PX with the owner's token, then issue the next fencing token.
+-- Take the lock: SET with the owner's token and a ttl if the key is free, and issue the next
+-- fencing token.
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds
 -- Returns {1, fencing token} when held, {0, holder's remaining ms} when busy,
 -- {-1, type} when the key holds something that is not one of our locks.
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('incr', KEYS[2])}
-end
 local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  -- INCR first: if the counter key holds the application's data it fails here, before
+  -- anything is written (a script that fails midway keeps its earlier writes).
+  local fence = redis.call('incr', KEYS[2])
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, fence}
+end
 if kind ~= 'string' then
   return {-1, kind}
 end

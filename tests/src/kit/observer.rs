@@ -1,0 +1,175 @@
+//! Mutual-exclusion probes that several processes share through one Redis.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, RedisResult, Script};
+
+const OBSERVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Occupancy, violation count and high-water mark updated as one atomic step.
+const ENTER_SCRIPT: &str = r"
+local occupancy = redis.call('INCR', KEYS[1])
+if occupancy > 1 then
+  redis.call('INCR', KEYS[2])
+end
+if occupancy > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], occupancy)
+end
+return occupancy
+";
+
+/// Records what the holders of a distributed lock actually did, in a Redis
+/// server that is *not* one of the lock's nodes and never receives faults.
+///
+/// Every process (or task) that takes part in a safety test connects its own
+/// `Observer` with the same `name` and, while it believes it holds the lock,
+/// calls [`enter`](Self::enter) … [`bump`](Self::bump) … [`exit`](Self::exit).
+/// Afterwards a test asserts `violations() == 0` and `counter() == acked()`.
+///
+/// Keys used on the observer server: `occ:<name>`, `violations:<name>`,
+/// `max:<name>`, `counter:<name>`, `acked:<name>`.
+///
+/// Methods panic (with the observer's name and address) if the observer
+/// server cannot be reached: it is test infrastructure, not the system under test.
+#[derive(Clone)]
+pub struct Observer {
+    conn: MultiplexedConnection,
+    name: String,
+    url: String,
+    enter_script: Script,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// Connects to the observer server at `url`; `name` namespaces the keys
+    /// so independent tests can share one server.
+    ///
+    /// # Panics
+    /// If the connection fails.
+    pub async fn connect(url: &str, name: &str) -> Self {
+        Self::try_connect(url, name)
+            .await
+            .unwrap_or_else(|e| panic!("observer {name:?}: connecting to {url}: {e}"))
+    }
+
+    /// Like [`connect`](Self::connect) but returns the failure instead of panicking.
+    pub async fn try_connect(url: &str, name: &str) -> RedisResult<Self> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(OBSERVER_TIMEOUT))
+            .set_response_timeout(Some(OBSERVER_TIMEOUT));
+        let conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Self {
+            conn,
+            name: name.to_owned(),
+            url: url.to_owned(),
+            enter_script: Script::new(ENTER_SCRIPT),
+        })
+    }
+
+    /// The namespace given to [`connect`](Self::connect).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Marks the caller as inside the critical section. Returns the
+    /// occupancy including the caller; anything above 1 is counted as a
+    /// violation and the maximum is recorded.
+    pub async fn enter(&self) -> u64 {
+        let result = self
+            .enter_script
+            .key(self.key("occ"))
+            .key(self.key("violations"))
+            .key(self.key("max"))
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        self.check("enter", result)
+    }
+
+    /// Marks the caller as having left the critical section. Returns the
+    /// remaining occupancy (negative only if `exit` was called without `enter`).
+    pub async fn exit(&self) -> i64 {
+        let result = self.conn.clone().decr(self.key("occ"), 1).await;
+        self.check("exit", result)
+    }
+
+    /// Increments `counter:<name>` with a deliberately NON-atomic
+    /// read-modify-write (GET, yield, optional `pause`, SET), so holders that
+    /// overlap lose updates; then increments `acked:<name>` atomically.
+    ///
+    /// With correct mutual exclusion `counter() == acked()` at the end.
+    /// A non-zero `pause` widens the race window.
+    pub async fn bump(&self, pause: Duration) {
+        let mut conn = self.conn.clone();
+        let counter = self.key("counter");
+        let seen: Option<u64> = self.check("bump GET", conn.get(&counter).await);
+        tokio::task::yield_now().await;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        let next = seen.unwrap_or(0) + 1;
+        self.check::<()>("bump SET", conn.set(&counter, next).await);
+        self.check::<()>("bump INCR acked", conn.incr(self.key("acked"), 1).await);
+    }
+
+    /// Number of `enter` calls that found someone else already inside.
+    pub async fn violations(&self) -> u64 {
+        self.read("violations").await
+    }
+
+    /// Highest occupancy ever observed (1 when exclusion held).
+    pub async fn max_occupancy(&self) -> u64 {
+        self.read("max").await
+    }
+
+    /// Current occupancy.
+    pub async fn occupancy(&self) -> i64 {
+        let result: RedisResult<Option<i64>> = self.conn.clone().get(self.key("occ")).await;
+        self.check("occupancy", result).unwrap_or(0)
+    }
+
+    /// Value of the non-atomic counter.
+    pub async fn counter(&self) -> u64 {
+        self.read("counter").await
+    }
+
+    /// Number of completed [`bump`](Self::bump) calls.
+    pub async fn acked(&self) -> u64 {
+        self.read("acked").await
+    }
+
+    /// Deletes all of this observer's keys.
+    pub async fn reset(&self) {
+        let keys = ["occ", "violations", "max", "counter", "acked"].map(|k| self.key(k));
+        let result = self.conn.clone().del(&keys).await;
+        self.check::<()>("reset", result);
+    }
+
+    fn key(&self, kind: &str) -> String {
+        format!("{kind}:{}", self.name)
+    }
+
+    async fn read(&self, kind: &str) -> u64 {
+        let result: RedisResult<Option<u64>> = self.conn.clone().get(self.key(kind)).await;
+        self.check(kind, result).unwrap_or(0)
+    }
+
+    fn check<T>(&self, what: &str, result: RedisResult<T>) -> T {
+        result.unwrap_or_else(|e| {
+            panic!(
+                "observer {:?} at {}: {what} failed: {e}",
+                self.name, self.url
+            )
+        })
+    }
+}

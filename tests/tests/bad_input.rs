@@ -1,0 +1,259 @@
+//! Bad input and bad servers: a clear typed error, no panic, nothing of the user's lost.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Error, Op};
+use distlock_testkit::RedisServer;
+use redis::AsyncCommands;
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).await.expect("connect")
+}
+
+/// Every command the server has executed, less the INFO calls that read them: proves that
+/// a refused request sent nothing.
+fn commands_seen(server: &RedisServer) -> BTreeMap<String, u64> {
+    let mut stats = server.commandstats();
+    stats.remove("info");
+    stats
+}
+
+#[tokio::test]
+async fn zero_ttl_is_refused_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut g = locks.lock("z").try_acquire().await.expect("free");
+    let before = commands_seen(&server);
+    let err = locks
+        .lock("z2")
+        .ttl(Duration::ZERO)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    assert!(err.to_string().contains("ttl must be above zero"), "{err}");
+    assert!(!err.is_retryable());
+    let err = g.extend(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    assert_eq!(
+        commands_seen(&server),
+        before,
+        "a refused call sent a command"
+    );
+    assert!(g.is_held(), "a refused extend leaves the lease alone");
+    g.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn empty_long_and_non_utf8_names_are_refused_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let before = commands_seen(&server);
+    let huge = vec![b'k'; 1024 * 1024];
+    let cases: [(&[u8], &str); 3] = [
+        (b"", "empty"),
+        (&huge, "limit is 8192"),
+        (b"order:\xff\xfe", "not UTF-8"),
+    ];
+    for (name, reason) in cases {
+        let err = locks.lock(name).try_acquire().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        assert!(err.to_string().contains(reason), "{err}");
+        assert!(
+            err.to_string().len() < 400,
+            "the message stays short: {err}"
+        );
+    }
+    assert_eq!(commands_seen(&server), before);
+    let keys: Vec<String> = server
+        .async_connection()
+        .await
+        .keys("*")
+        .await
+        .expect("KEYS");
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+}
+
+#[tokio::test]
+async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    let _: () = raw
+        .hset("distlock:{user:1}", "name", "ada")
+        .await
+        .expect("HSET");
+    let _: () = raw
+        .set("distlock:{plain}", "user value")
+        .await
+        .expect("SET");
+    let _: () = raw
+        .rpush("distlock:{fenced}:fence", "x")
+        .await
+        .expect("RPUSH");
+    for (name, key, found) in [
+        ("user:1", "distlock:{user:1}", "hash"),
+        ("plain", "distlock:{plain}", "string without expiry"),
+        ("fenced", "distlock:{fenced}:fence", "another type"),
+    ] {
+        let dump = |mut c: redis::aio::MultiplexedConnection| async move {
+            let d: Vec<u8> = redis::cmd("DUMP")
+                .arg(key)
+                .query_async(&mut c)
+                .await
+                .expect("DUMP");
+            d
+        };
+        let before = dump(raw.clone()).await;
+        let err = locks
+            .lock(name)
+            .wait(Duration::from_millis(200))
+            .acquire()
+            .await
+            .unwrap_err();
+        match &err {
+            Error::WrongType { found: f, .. } => assert!(f.contains(found), "{err}"),
+            other => panic!("expected WrongType for {name}, got {other}"),
+        }
+        assert!(!err.is_retryable());
+        assert_eq!(dump(raw.clone()).await, before, "{key} changed");
+    }
+    // The counter's data stopped the script before the lock key was written.
+    let exists: bool = raw.exists("distlock:{fenced}").await.expect("EXISTS");
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn no_server_listening_fails_within_the_connect_timeout() {
+    // A port that refuses connections ...
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let started = Instant::now();
+    let err = Client::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Redis {
+                op: Op::Connect,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no hang: {:?}",
+        started.elapsed()
+    );
+
+    // ... and one that accepts but never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        silent.local_addr().expect("addr").port()
+    );
+    let started = Instant::now();
+    let err = Client::builder(&url)
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Redis {
+                op: Op::Connect,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "a connection failure may pass: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no hang: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_server_refusing_auth_is_a_clear_error_and_the_password_is_not_shown() {
+    let server = RedisServer::start_with(&["--requirepass", "right-password"]);
+    let port = server.port();
+    let err = Client::connect(&format!("redis://:wrong-password@127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::Redis {
+                op: Op::Connect,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-password"), "{text}");
+    let ok = Client::connect(&format!("redis://:right-password@127.0.0.1:{port}"))
+        .await
+        .expect("the right password works");
+    ok.lock("auth")
+        .try_acquire()
+        .await
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test]
+async fn a_bad_url_or_prefix_is_a_config_error() {
+    let err = Client::connect("http://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let err = Client::builder("redis://127.0.0.1:1")
+        .prefix("a{b}")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn the_client_reconnects_after_a_server_restart() {
+    let mut server = RedisServer::start();
+    let locks = client(&server).await;
+    locks
+        .lock("r")
+        .try_acquire()
+        .await
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    server.kill();
+    let err = locks.lock("r").try_acquire().await.unwrap_err();
+    assert!(
+        err.is_retryable(),
+        "a dead server is a transient error: {err}"
+    );
+    server.restart();
+    // The restarted server is empty: it has lost the scripts too, which redis::Script reloads.
+    let g = locks
+        .lock("r")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the client reconnects within the wait");
+    assert!(g.is_held());
+    g.release().await.expect("release after reconnect");
+}

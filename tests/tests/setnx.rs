@@ -1,0 +1,280 @@
+//! The `setnx` lock against real redis-server processes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Error};
+use distlock_testkit::{wait_until_async, Observer, RedisServer};
+use redis::AsyncCommands;
+
+const CONTENDER: &str = env!("CARGO_BIN_EXE_contender");
+
+async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).await.expect("connect")
+}
+
+/// The raw key a lock named `name` lives at with the default prefix.
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    conn.pttl(key).await.expect("PTTL")
+}
+
+/// Polls until the key is gone: expiry is the event, and Redis has no notification for it
+/// without enabling keyspace events on the server.
+async fn until_expired(conn: &redis::aio::MultiplexedConnection, key: &str) {
+    let gone = wait_until_async(Duration::from_secs(10), || {
+        let mut c = conn.clone();
+        async move { pttl(&mut c, key).await == -2 }
+    })
+    .await;
+    assert!(gone, "{key} did not expire");
+}
+
+#[tokio::test]
+async fn second_owner_is_refused_until_release() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let a = locks.lock("res").try_acquire().await.expect("free lock");
+    assert!(a.is_held());
+    let busy = locks.lock("res").try_acquire().await.unwrap_err();
+    assert!(
+        matches!(busy, Error::Busy { ref key } if key == "res"),
+        "{busy}"
+    );
+    let timeout = locks
+        .lock("res")
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap_err();
+    match timeout {
+        Error::Timeout { attempts, .. } => assert!(attempts > 1, "waited with retries"),
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(timeout_is_retryable(&locks).await);
+    a.release().await.expect("release");
+    let b = locks
+        .lock("res")
+        .try_acquire()
+        .await
+        .expect("free after release");
+    b.release().await.expect("release");
+}
+
+async fn timeout_is_retryable(locks: &Client) -> bool {
+    let _held = locks.lock("retry").try_acquire().await.expect("free");
+    locks
+        .lock("retry")
+        .try_acquire()
+        .await
+        .unwrap_err()
+        .is_retryable()
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_with_every_acquisition() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = locks.lock("fenced").try_acquire().await.expect("free");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.release().await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn an_expired_lock_is_free_and_its_old_holder_cannot_touch_the_new_one() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    let mut old = locks
+        .lock("lease")
+        .ttl(Duration::from_millis(50))
+        .try_acquire()
+        .await
+        .expect("free");
+    until_expired(&raw, &lock_key("lease")).await;
+    assert!(
+        !old.is_held(),
+        "the guard's own clock also says the lease ran out"
+    );
+
+    let new = locks
+        .lock("lease")
+        .try_acquire()
+        .await
+        .expect("an expired lock is free");
+    let before: Vec<u8> = raw.get(lock_key("lease")).await.expect("GET");
+    let ttl_before = pttl(&mut raw, &lock_key("lease")).await;
+
+    // The old holder's token no longer matches: extend and release are refused ...
+    let extend = old.extend(Duration::from_secs(60)).await.unwrap_err();
+    assert!(matches!(extend, Error::LeaseLost { .. }), "{extend}");
+    let release = old.release().await.unwrap_err();
+    assert!(matches!(release, Error::NotOwner { .. }), "{release}");
+
+    // ... and the new holder's key is exactly as it was.
+    let after: Vec<u8> = raw.get(lock_key("lease")).await.expect("GET");
+    assert_eq!(before, after);
+    let ttl_after = pttl(&mut raw, &lock_key("lease")).await;
+    assert!(
+        ttl_after <= ttl_before && ttl_after > 0,
+        "not extended by the old holder"
+    );
+    new.release().await.expect("the new holder releases");
+}
+
+#[tokio::test]
+async fn extend_renews_the_lease() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    let mut g = locks
+        .lock("ext")
+        .ttl(Duration::from_secs(1))
+        .try_acquire()
+        .await
+        .expect("free");
+    g.extend(Duration::from_secs(60)).await.expect("still ours");
+    assert!(pttl(&mut raw, &lock_key("ext")).await > 50_000);
+    assert!(g.remaining() > Duration::from_secs(50));
+    g.release().await.expect("release");
+    assert_eq!(pttl(&mut raw, &lock_key("ext")).await, -2);
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_the_lock() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    drop(locks.lock("dropped").try_acquire().await.expect("free"));
+    // The release runs in a spawned task; waiting for the lock is waiting for that event.
+    let again = locks
+        .lock("dropped")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("released by drop, well before the 30 s ttl");
+    again.release().await.expect("release");
+}
+
+/// At least 2 processes x 4 tasks contend on one key; every critical section is checked by an
+/// occupancy probe and a non-atomic counter on a separate observer server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_processes() {
+    const TARGET: u64 = 2_000;
+    let server = RedisServer::start();
+    let observer_server = RedisServer::start();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(CONTENDER)
+                .args([
+                    "mutex",
+                    &server.url(),
+                    &observer_server.url(),
+                    "mx",
+                    "4",
+                    &TARGET.to_string(),
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn contender")
+        })
+        .collect();
+    let mut per_process = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().expect("contender finishes");
+        assert!(out.status.success(), "contender failed: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let n: u64 = text
+            .trim()
+            .strip_prefix("DONE ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected contender output {text:?}"));
+        per_process.push(n);
+    }
+    let observer = Observer::connect(&observer_server.url(), "mx").await;
+    let total: u64 = per_process.iter().sum();
+    assert!(total >= TARGET, "only {total} critical sections ran");
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "every process got the lock: {per_process:?}"
+    );
+    assert_eq!(observer.violations().await, 0, "two holders at once");
+    assert_eq!(observer.max_occupancy().await, 1);
+    assert_eq!(
+        observer.counter().await,
+        observer.acked().await,
+        "lost updates"
+    );
+}
+
+/// The probe itself can fail: without a lock, overlapping sections are seen and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_the_probe_sees_unlocked_overlap() {
+    let observer_server = RedisServer::start();
+    let observer = Observer::connect(&observer_server.url(), "control").await;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let o = observer.clone();
+            tokio::spawn(async move {
+                for _ in 0..50 {
+                    o.enter().await;
+                    o.bump(Duration::from_micros(200)).await;
+                    o.exit().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert!(observer.violations().await > 0);
+    assert!(observer.counter().await < observer.acked().await);
+}
+
+/// A holder killed with SIGKILL never releases: the lock frees when its ttl runs out, not before.
+#[tokio::test]
+async fn killed_holder_frees_the_lock_after_its_ttl_not_before() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    let mut holder = Command::new(CONTENDER)
+        .args(["hold", &server.url(), "crash", "1500"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn holder");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read holder output");
+    assert!(line.starts_with("HELD "), "holder said {line:?}");
+    holder.kill().expect("SIGKILL the holder");
+    holder.wait().expect("reap holder");
+
+    let asked = Instant::now();
+    let left = pttl(&mut raw, &lock_key("crash")).await;
+    assert!(left > 0, "the lock outlives its dead holder until the ttl");
+    let expires_no_earlier_than = asked + Duration::from_millis(left as u64);
+
+    let busy = locks.lock("crash").try_acquire().await.unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+
+    let g = locks
+        .lock("crash")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free after the ttl");
+    // PTTL is whole milliseconds, rounded down: allow one.
+    assert!(
+        Instant::now() + Duration::from_millis(1) >= expires_no_earlier_than,
+        "acquired before the dead holder's ttl ran out"
+    );
+    g.release().await.expect("release");
+}
