@@ -1,0 +1,479 @@
+//! Attribute grammar: `name = value, ...` into [`LockArgs`].
+//!
+//! Each argument is checked on its own here (known name, no duplicate, value
+//! of the right shape); relations between arguments and with the fn are left
+//! to `validate`. Errors are pushed, not returned, so every bad argument is
+//! reported in one build.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use proc_macro2::TokenStream;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
+
+use crate::diag::{did_you_mean, list_code, Errors};
+use crate::duration;
+use crate::model::{AttrKind, Mode, OnBusy, OnLost, Spanned};
+
+/// Every argument, in the order the docs and error messages list them.
+const ARGUMENTS: &[&str] = &[
+    "key", "ttl", "wait", "mode", "watchdog", "on_busy", "on_lost", "max_hold", "client", "map_err",
+];
+
+/// Names other lock libraries use, mapped to ours, for "did you mean".
+const ALIASES: &[(&str, &str)] = &[
+    ("name", "key"),
+    ("keys", "key"),
+    ("lease", "ttl"),
+    ("lease_time", "ttl"),
+    ("expire", "ttl"),
+    ("expiration", "ttl"),
+    ("timeout", "wait"),
+    ("wait_time", "wait"),
+    ("acquire_timeout", "wait"),
+    ("renew", "watchdog"),
+    ("auto_renew", "watchdog"),
+    ("on_lease_lost", "on_lost"),
+    ("on_timeout", "on_busy"),
+];
+
+/// The attribute's arguments, each parsed on its own, each keeping its span.
+#[derive(Default)]
+pub struct LockArgs {
+    /// Names that appeared, including ones whose value was invalid, so later
+    /// checks can tell "absent" (use the default) from "given but broken"
+    /// (already reported; do not compare against a default).
+    given: BTreeSet<String>,
+    pub key: Option<LitStr>,
+    pub ttl: Option<Spanned<Duration>>,
+    pub wait: Option<Spanned<Duration>>,
+    pub mode: Option<Spanned<Mode>>,
+    pub watchdog: Option<Spanned<WatchdogArg>>,
+    pub on_busy: Option<Spanned<OnBusy>>,
+    pub on_lost: Option<Spanned<OnLost>>,
+    pub max_hold: Option<Spanned<Duration>>,
+    pub client: Option<Expr>,
+    pub map_err: Option<ExprPath>,
+}
+
+impl LockArgs {
+    pub fn given(&self, name: &str) -> bool {
+        self.given.contains(name)
+    }
+}
+
+/// `watchdog = true | false | "<period>"` before it is resolved against the ttl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchdogArg {
+    Enabled(bool),
+    Period(Duration),
+}
+
+/// Parses the attribute's tokens. `None` means the token stream was not even
+/// a list of `name = value` (the syntax error is already pushed).
+pub fn parse(attr: AttrKind, tokens: TokenStream, errors: &mut Errors) -> Option<LockArgs> {
+    let raw = Punctuated::<RawArg, Token![,]>::parse_terminated.parse2(tokens);
+    let raw = errors.ok(raw)?;
+    let mut args = LockArgs::default();
+    for arg in raw {
+        errors.ok(args.apply(attr, arg));
+    }
+    Some(args)
+}
+
+/// One `name = value` pair, before its value is interpreted.
+struct RawArg {
+    name: Ident,
+    value: Expr,
+}
+
+impl Parse for RawArg {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(LitStr) {
+            let lit: LitStr = input.parse()?;
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "the key is a named argument: write `key = \"{}\"`",
+                    lit.value()
+                ),
+            ));
+        }
+        // `parse_any` accepts keywords, so `type = ..` is reported as an
+        // unknown argument rather than as a syntax error.
+        let name = Ident::parse_any(input).map_err(|error| {
+            syn::Error::new(
+                error.span(),
+                "expected an argument such as `key = \"order:<id>\"`",
+            )
+        })?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("expected `=` after `{name}`: arguments are written `{name} = value`"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        if input.is_empty() || input.peek(Token![,]) {
+            return Err(input.error(format!("missing value after `{name} =`")));
+        }
+        Ok(Self {
+            name,
+            value: input.parse()?,
+        })
+    }
+}
+
+impl LockArgs {
+    fn apply(&mut self, attr: AttrKind, arg: RawArg) -> syn::Result<()> {
+        let name = arg.name.unraw().to_string();
+        if !ARGUMENTS.contains(&name.as_str()) {
+            return Err(unknown_argument(attr, &arg.name));
+        }
+        if name == "mode" && attr != AttrKind::Distributed {
+            return Err(syn::Error::new(
+                arg.name.span(),
+                format!(
+                    "`mode` is not an argument of `#[{}]`: read/write locks pick their own algorithm (a reader/writer hash on one node or one cluster slot); remove `mode`, or use `#[distributed_lock(mode = ..)]` for an exclusive lock",
+                    attr.name()
+                ),
+            ));
+        }
+        if !self.given.insert(name.clone()) {
+            return Err(syn::Error::new(
+                arg.name.span(),
+                format!("duplicate argument `{name}`: it is already set earlier in this attribute; keep one"),
+            ));
+        }
+        let value = &arg.value;
+        match name.as_str() {
+            "key" => self.key = Some(string(&name, value, "order:<id>")?),
+            "ttl" => self.ttl = Some(duration(&name, value)?),
+            "wait" => self.wait = Some(duration(&name, value)?),
+            "max_hold" => self.max_hold = Some(duration(&name, value)?),
+            "mode" => self.mode = Some(choice(&name, value, &Mode::ALL)?),
+            "on_busy" => self.on_busy = Some(choice(&name, value, &OnBusy::ALL)?),
+            "on_lost" => self.on_lost = Some(choice(&name, value, &OnLost::ALL)?),
+            "watchdog" => self.watchdog = Some(watchdog(value)?),
+            "client" => self.client = Some(arg.value),
+            "map_err" => self.map_err = Some(path(value)?),
+            _ => unreachable!("every name in ARGUMENTS is handled"),
+        }
+        Ok(())
+    }
+}
+
+fn valid_arguments(attr: AttrKind) -> impl Iterator<Item = &'static str> {
+    ARGUMENTS
+        .iter()
+        .copied()
+        .filter(move |name| *name != "mode" || attr == AttrKind::Distributed)
+}
+
+fn unknown_argument(attr: AttrKind, name: &Ident) -> syn::Error {
+    let written = name.unraw().to_string();
+    let alias = ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == written)
+        .map(|(_, ours)| *ours);
+    let suggestion = alias
+        .or_else(|| did_you_mean(&written, valid_arguments(attr)))
+        .map(|ours| format!("; did you mean `{ours}`?"))
+        .unwrap_or_default();
+    syn::Error::new(
+        name.span(),
+        format!(
+            "unknown argument `{written}` for `#[{}]`{suggestion} (valid arguments: {})",
+            attr.name(),
+            list_code(valid_arguments(attr)),
+        ),
+    )
+}
+
+/// Looks through the invisible groups `macro_rules!` wraps around `$e:expr`.
+fn peel(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Group(group) => peel(&group.expr),
+        other => other,
+    }
+}
+
+fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit.clone()),
+        Expr::Path(path) if path.path.get_ident().is_some() => {
+            let word = path
+                .path
+                .get_ident()
+                .map(Ident::to_string)
+                .unwrap_or_default();
+            Err(syn::Error::new_spanned(
+                value,
+                format!("`{name}` takes a string literal: write `{name} = \"{word}\"`"),
+            ))
+        }
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"`"),
+        )),
+    }
+}
+
+fn duration(name: &str, value: &Expr) -> syn::Result<Spanned<Duration>> {
+    let lit = match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => lit,
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => {
+            return Err(syn::Error::new(
+                int.span(),
+                format!(
+                    "`{name}` needs a unit: write `{name} = \"{}s\"` (a string; units: {})",
+                    int.base10_digits(),
+                    duration::UNIT_LIST
+                ),
+            ))
+        }
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(_), ..
+        }) => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!("`{name}` takes a duration string with a whole number and a unit, e.g. `{name} = \"1500ms\"`"),
+            ))
+        }
+        _ => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!("`{name}` takes a duration string, e.g. `{name} = \"10s\"` (units: {})", duration::UNIT_LIST),
+            ))
+        }
+    };
+    let parsed = duration::parse(&lit.value())
+        .map_err(|message| syn::Error::new(lit.span(), format!("invalid `{name}`: {message}")))?;
+    Ok(Spanned::new(parsed, lit.span()))
+}
+
+fn choice<T: Copy>(
+    name: &str,
+    value: &Expr,
+    options: &[(&'static str, T)],
+) -> syn::Result<Spanned<T>> {
+    let names = || options.iter().map(|(option, _)| *option);
+    let lit = string(name, value, names().next().unwrap_or_default())?;
+    let written = lit.value();
+    if let Some((_, option)) = options.iter().find(|(option, _)| *option == written) {
+        return Ok(Spanned::new(*option, lit.span()));
+    }
+    let suggestion = did_you_mean(&written, names())
+        .map(|option| format!("did you mean \"{option}\"? "))
+        .unwrap_or_default();
+    let valid = names()
+        .map(|option| format!("\"{option}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(syn::Error::new(
+        lit.span(),
+        format!("unknown value \"{written}\" for `{name}`; {suggestion}expected one of {valid}"),
+    ))
+}
+
+fn watchdog(value: &Expr) -> syn::Result<Spanned<WatchdogArg>> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(flag),
+            ..
+        }) => Ok(Spanned::new(WatchdogArg::Enabled(flag.value), flag.span)),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(_) | Lit::Int(_),
+            ..
+        }) => duration("watchdog", value)
+            .map(|period| Spanned::new(WatchdogArg::Period(period.value), period.span)),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`watchdog` takes `true`, `false` or a renewal period such as `watchdog = \"5s\"`",
+        )),
+    }
+}
+
+fn path(value: &Expr) -> syn::Result<ExprPath> {
+    match peel(value) {
+        Expr::Path(path) => Ok(path.clone()),
+        _ => Err(syn::Error::new(
+            value.span(),
+            "`map_err` takes the path of a fn from `distlock::Error` to your error type, e.g. `map_err = AppError::from_lock`",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse_ok(attr: AttrKind, tokens: TokenStream) -> LockArgs {
+        let mut errors = Errors::default();
+        let args = parse(attr, tokens, &mut errors).expect("syntax");
+        if let Err(error) = errors.finish() {
+            panic!("unexpected error: {error}");
+        }
+        args
+    }
+
+    fn messages(attr: AttrKind, tokens: TokenStream) -> Vec<String> {
+        let mut errors = Errors::default();
+        parse(attr, tokens, &mut errors);
+        errors
+            .finish()
+            .expect_err("expected errors")
+            .into_iter()
+            .map(|error| error.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn parses_every_argument() {
+        let args = parse_ok(
+            AttrKind::Distributed,
+            quote!(
+                key = "order:<id>",
+                ttl = "10s",
+                wait = "0s",
+                mode = "redlock",
+                watchdog = "2s",
+                on_busy = "skip",
+                on_lost = "continue",
+                max_hold = "1m",
+                client = state.locks,
+                map_err = AppError::from_lock,
+            ),
+        );
+        assert_eq!(args.key.unwrap().value(), "order:<id>");
+        assert_eq!(args.ttl.unwrap().value, Duration::from_secs(10));
+        assert_eq!(args.wait.unwrap().value, Duration::ZERO);
+        assert_eq!(args.mode.unwrap().value, Mode::Redlock);
+        assert_eq!(
+            args.watchdog.unwrap().value,
+            WatchdogArg::Period(Duration::from_secs(2))
+        );
+        assert_eq!(args.on_busy.unwrap().value, OnBusy::Skip);
+        assert_eq!(args.on_lost.unwrap().value, OnLost::Continue);
+        assert_eq!(args.max_hold.unwrap().value, Duration::from_secs(60));
+        assert!(matches!(args.client, Some(Expr::Field(_))));
+        assert_eq!(args.map_err.unwrap().path.segments.len(), 2);
+    }
+
+    #[test]
+    fn empty_attribute_parses_to_nothing() {
+        let args = parse_ok(AttrKind::Read, quote!());
+        assert!(args.key.is_none() && !args.given("key"));
+    }
+
+    #[test]
+    fn watchdog_accepts_booleans() {
+        let args = parse_ok(AttrKind::Write, quote!(watchdog = false));
+        assert_eq!(args.watchdog.unwrap().value, WatchdogArg::Enabled(false));
+    }
+
+    #[test]
+    fn client_accepts_any_expression() {
+        for tokens in [
+            quote!(client = &LOCKS),
+            quote!(client = self.locks),
+            quote!(client = get()),
+        ] {
+            assert!(parse_ok(AttrKind::Distributed, tokens).client.is_some());
+        }
+    }
+
+    #[test]
+    fn unknown_argument_suggests_and_lists() {
+        let all = messages(AttrKind::Distributed, quote!(tll = "1s"));
+        assert_eq!(all.len(), 1);
+        assert!(all[0].contains("unknown argument `tll`"), "{all:?}");
+        assert!(all[0].contains("did you mean `ttl`?"), "{all:?}");
+        assert!(all[0].contains("`key`, `ttl`, `wait`, `mode`"), "{all:?}");
+        let renamed = messages(AttrKind::Distributed, quote!(timeout = "1s"));
+        assert!(renamed[0].contains("did you mean `wait`?"), "{renamed:?}");
+        let keyword = messages(AttrKind::Distributed, quote!(type = "1s"));
+        assert!(
+            keyword[0].contains("unknown argument `type`"),
+            "{keyword:?}"
+        );
+    }
+
+    #[test]
+    fn read_lock_lists_no_mode() {
+        let all = messages(AttrKind::Read, quote!(mdoe = "x"));
+        assert!(!all[0].contains("`mode`"), "{all:?}");
+        let mode = messages(AttrKind::Write, quote!(mode = "redlock"));
+        assert!(mode[0].contains("pick their own algorithm"), "{mode:?}");
+    }
+
+    #[test]
+    fn duplicates_are_reported_once_per_repeat() {
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(ttl = "1s", ttl = "2s", ttl = "3s"),
+        );
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().all(|m| m.contains("duplicate argument `ttl`")));
+    }
+
+    #[test]
+    fn all_errors_are_collected() {
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(
+                key = 5,
+                ttl = 10,
+                wait = "1x",
+                mode = "redlok",
+                on_busy = skip,
+                watchdog = "on",
+                map_err = |e| e
+            ),
+        );
+        assert_eq!(all.len(), 7, "{all:#?}");
+        assert!(all[0].contains("`key` takes a string literal"));
+        assert!(all[1].contains("write `ttl = \"10s\"`"));
+        assert!(all[2].contains("unknown unit `x`"));
+        assert!(all[3].contains("did you mean \"redlock\"?"));
+        assert!(all[4].contains("write `on_busy = \"skip\"`"));
+        assert!(all[5].contains("invalid `watchdog`"));
+        assert!(all[6].contains("`map_err` takes the path"));
+    }
+
+    #[test]
+    fn syntax_errors_explain_the_form() {
+        let positional = messages(AttrKind::Distributed, quote!("order:<id>"));
+        assert!(
+            positional[0].contains("write `key = \"order:<id>\"`"),
+            "{positional:?}"
+        );
+        let flag = messages(AttrKind::Distributed, quote!(watchdog));
+        assert!(
+            flag[0].contains("expected `=` after `watchdog`"),
+            "{flag:?}"
+        );
+        let missing = messages(AttrKind::Distributed, quote!(ttl = , key = "a"));
+        assert!(
+            missing[0].contains("missing value after `ttl =`"),
+            "{missing:?}"
+        );
+    }
+
+    #[test]
+    fn float_durations_suggest_milliseconds() {
+        let all = messages(AttrKind::Distributed, quote!(ttl = 1.5));
+        assert!(all[0].contains("\"1500ms\""), "{all:?}");
+    }
+}

@@ -1,0 +1,199 @@
+//! The validated lock description that the expansion stage consumes.
+//!
+//! Everything here has passed every compile-time check: durations are
+//! resolved (defaults filled in), every placeholder names a real binding, and
+//! the fn is an `async fn` with a return type. Spans are kept so generated
+//! code (type assertions, feature guards) can point at the user's own tokens;
+//! defaults carry `Span::call_site()`, i.e. the attribute.
+
+// The expansion stage (src/expand.rs) is still a placeholder and reads none of
+// this yet; drop the allow when it lands.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Expr, ExprPath, Ident, ItemFn, LitStr, Member};
+
+/// A lease is a crash-safety bound, not the expected run time: with the
+/// watchdog renewing it, ttl only decides how long a crashed holder blocks
+/// others. 30 s rides out a couple of failed renewals yet frees a dead
+/// holder's lock within half a minute.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Long enough to queue behind a typical short critical section, short enough
+/// to fail well inside common request timeouts.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+
+/// The default renewal period is `ttl / WATCHDOG_DIVISOR`, leaving two more
+/// renewal attempts before the lease would expire.
+pub const WATCHDOG_DIVISOR: u32 = 3;
+
+/// Which attribute is being expanded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrKind {
+    /// `#[distributed_lock]`
+    Distributed,
+    /// `#[read_lock]`
+    Read,
+    /// `#[write_lock]`
+    Write,
+}
+
+impl AttrKind {
+    pub const ALL: [AttrKind; 3] = [Self::Distributed, Self::Read, Self::Write];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Distributed => "distributed_lock",
+            Self::Read => "read_lock",
+            Self::Write => "write_lock",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+/// A value together with the span of the token it came from.
+#[derive(Clone, Debug)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(value: T, span: Span) -> Self {
+        Self { value, span }
+    }
+
+    /// A default value, attributed to the attribute itself.
+    pub fn default_value(value: T) -> Self {
+        Self::new(value, Span::call_site())
+    }
+}
+
+/// `mode = ".."` of `#[distributed_lock]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    SetNx,
+    Reentrant,
+    Redlock,
+}
+
+impl Mode {
+    pub const ALL: [(&'static str, Mode); 3] = [
+        ("setnx", Self::SetNx),
+        ("reentrant", Self::Reentrant),
+        ("redlock", Self::Redlock),
+    ];
+}
+
+/// What kind of lock to take.
+#[derive(Clone, Debug)]
+pub enum LockKind {
+    /// `#[distributed_lock]`: one holder at a time, with the chosen algorithm.
+    Exclusive { mode: Spanned<Mode> },
+    /// `#[read_lock]`: shared with other readers, excludes writers.
+    Read,
+    /// `#[write_lock]`: excludes readers and writers.
+    Write,
+}
+
+/// Lease renewal while the body runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watchdog {
+    /// Fixed lease: the lock lapses after `ttl` even if the body still runs.
+    Off,
+    /// Renew every period; always strictly below the ttl.
+    Every(Duration),
+}
+
+/// `on_busy = ".."`: what to do when the lock is not acquired within `wait`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnBusy {
+    Error,
+    Skip,
+}
+
+impl OnBusy {
+    pub const ALL: [(&'static str, OnBusy); 2] = [("error", Self::Error), ("skip", Self::Skip)];
+}
+
+/// `on_lost = ".."`: what to do when the lease is lost while the body runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnLost {
+    Cancel,
+    Continue,
+}
+
+impl OnLost {
+    pub const ALL: [(&'static str, OnLost); 2] =
+        [("cancel", Self::Cancel), ("continue", Self::Continue)];
+}
+
+/// The key template, split and resolved against the fn's bindings.
+#[derive(Clone, Debug)]
+pub struct KeyTemplate {
+    /// The literal as written; `lit.value()` is the static template text
+    /// (useful as a low-cardinality label for tracing and metrics).
+    pub lit: LitStr,
+    pub segments: Vec<KeySegment>,
+}
+
+#[derive(Clone, Debug)]
+pub enum KeySegment {
+    Literal { text: String, span: Span },
+    Placeholder(Placeholder),
+}
+
+#[derive(Clone, Debug)]
+pub struct Placeholder {
+    /// The binding or `self`, carrying the span of the parameter (or receiver)
+    /// it names, so generated code resolves to that very binding.
+    pub root: Ident,
+    /// Field accesses after the root, in template order.
+    pub fields: Vec<Member>,
+    /// The placeholder inside the key literal (the whole literal where the
+    /// compiler cannot point inside strings), for diagnostics.
+    pub span: Span,
+}
+
+/// A fully validated lock attribute plus the fn it applies to.
+#[derive(Clone, Debug)]
+pub struct LockModel {
+    pub attr: AttrKind,
+    pub kind: LockKind,
+    pub key: KeyTemplate,
+    /// Always > 0.
+    pub ttl: Spanned<Duration>,
+    /// `0` means a single attempt.
+    pub wait: Spanned<Duration>,
+    pub watchdog: Spanned<Watchdog>,
+    pub on_busy: Spanned<OnBusy>,
+    pub on_lost: Spanned<OnLost>,
+    /// Always > 0 when present.
+    pub max_hold: Option<Spanned<Duration>>,
+    /// `client = <expr>`, evaluated in the fn's scope; `None` means the
+    /// process-wide default client.
+    pub client: Option<Expr>,
+    /// `map_err = <path>`: fn mapping `distlock::Error` into the fn's error
+    /// type; `None` means `From<distlock::Error>`.
+    pub map_err: Option<ExprPath>,
+    /// The annotated fn, untouched.
+    pub item: ItemFn,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_names_round_trip() {
+        for kind in AttrKind::ALL {
+            assert_eq!(AttrKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(AttrKind::from_name("lock"), None);
+    }
+}

@@ -1,0 +1,620 @@
+//! Checks the parsed arguments against each other and against the fn, and
+//! produces the [`LockModel`] the expansion stage consumes.
+//!
+//! Every check runs even after an earlier one failed, so one build reports
+//! every problem; a `None` from a helper means "already reported".
+
+use std::ops::Range;
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::{Attribute, Ident, Index, Item, ItemFn, LitStr, Member, ReturnType, Signature, Type};
+
+use crate::args::{self, LockArgs, WatchdogArg};
+use crate::diag::{did_you_mean, Errors};
+use crate::duration;
+use crate::model::{
+    AttrKind, KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnLost, Placeholder,
+    Spanned, Watchdog, DEFAULT_TTL, DEFAULT_WAIT, WATCHDOG_DIVISOR,
+};
+use crate::sig::Bindings;
+use crate::template::{self, Segment};
+
+/// Parses and validates one attribute application: the attribute's own
+/// tokens and the item it is attached to.
+pub fn analyze(attr: AttrKind, args: TokenStream, item: TokenStream) -> syn::Result<LockModel> {
+    let mut errors = Errors::default();
+    let args = args::parse(attr, args, &mut errors);
+    let model = match syn::parse2::<Item>(item) {
+        Ok(Item::Fn(item)) => validate(attr, args, item, &mut errors),
+        Ok(other) => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!(
+                    "`#[{}]` can only be applied to an `async fn` with a body",
+                    attr.name()
+                ),
+            ));
+            None
+        }
+        Err(error) => {
+            errors.push(error);
+            None
+        }
+    };
+    errors.finish()?;
+    model.ok_or_else(|| {
+        syn::Error::new(
+            Span::call_site(),
+            "distlock-macros bug: validation failed without an error; please report it",
+        )
+    })
+}
+
+fn validate(
+    attr: AttrKind,
+    args: Option<LockArgs>,
+    item: ItemFn,
+    errors: &mut Errors,
+) -> Option<LockModel> {
+    check_stacked(attr, &item.attrs, errors);
+    check_signature(attr, &item.sig, errors);
+    let args = args?;
+    let bindings = Bindings::of(&item.sig);
+    let key = key_template(attr, &args, &item.sig, &bindings, errors);
+    let ttl = ttl(&args, errors);
+    let watchdog = watchdog(&args, ttl.as_ref(), errors);
+    check_max_hold(&args, errors);
+    let kind = match attr {
+        AttrKind::Distributed => LockKind::Exclusive {
+            mode: args.mode.unwrap_or(Spanned::default_value(Mode::SetNx)),
+        },
+        AttrKind::Read => LockKind::Read,
+        AttrKind::Write => LockKind::Write,
+    };
+    Some(LockModel {
+        attr,
+        kind,
+        key: key?,
+        ttl: ttl?,
+        wait: args.wait.unwrap_or(Spanned::default_value(DEFAULT_WAIT)),
+        watchdog: watchdog?,
+        on_busy: args
+            .on_busy
+            .unwrap_or(Spanned::default_value(OnBusy::Error)),
+        on_lost: args
+            .on_lost
+            .unwrap_or(Spanned::default_value(OnLost::Cancel)),
+        max_hold: args.max_hold,
+        client: args.client,
+        map_err: args.map_err,
+        item,
+    })
+}
+
+/// The outer attribute sees the ones below it; stacking two lock attributes
+/// would nest two acquisitions in an order the user never wrote down.
+fn check_stacked(attr: AttrKind, attrs: &[Attribute], errors: &mut Errors) {
+    for attribute in attrs {
+        let Some(other) = lock_attribute(attribute) else {
+            continue;
+        };
+        let message = if other == attr {
+            format!(
+                "`#[{}]` is applied twice to this fn; only one lock attribute per fn is supported, so remove one",
+                attr.name()
+            )
+        } else {
+            format!(
+                "only one lock attribute per fn is supported, but `#[{}]` is stacked with `#[{}]`; keep one (to hold two locks, call a second locked fn from this one)",
+                other.name(),
+                attr.name()
+            )
+        };
+        errors.push(syn::Error::new_spanned(attribute, message));
+    }
+}
+
+/// Which lock attribute `attribute` is, judged by the last path segment so
+/// `#[distlock::write_lock]` counts too.
+pub fn lock_attribute(attribute: &Attribute) -> Option<AttrKind> {
+    let last = attribute.path().segments.last()?;
+    AttrKind::from_name(&last.ident.to_string())
+}
+
+fn check_signature(attr: AttrKind, sig: &Signature, errors: &mut Errors) {
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[{}]` requires an `async fn`: acquiring, renewing and releasing the lock are network calls awaited around the body; write `async fn {}`",
+                attr.name(),
+                sig.ident
+            ),
+        ));
+    }
+    match &sig.output {
+        ReturnType::Default => errors.push(syn::Error::new(
+            sig.paren_token.span.close(),
+            "a locked fn must return `Result<T, E>` with `E: From<distlock::Error>`, because acquiring the lock can fail; add a return type such as `-> Result<(), MyError>`",
+        )),
+        ReturnType::Type(_, ty) if matches!(**ty, Type::ImplTrait(_)) => errors.push(syn::Error::new_spanned(
+            ty,
+            "a locked fn cannot return `impl Trait`: a lock error must be turned into the return value; return `Result<impl Trait, E>` with `E: From<distlock::Error>`",
+        )),
+        ReturnType::Type(..) => {}
+    }
+}
+
+fn key_template(
+    attr: AttrKind,
+    args: &LockArgs,
+    sig: &Signature,
+    bindings: &Bindings,
+    errors: &mut Errors,
+) -> Option<KeyTemplate> {
+    let Some(lit) = &args.key else {
+        if !args.given("key") {
+            errors.push(missing_key(attr, sig, bindings));
+        }
+        return None;
+    };
+    let segments = match template::parse(&lit.value()) {
+        Ok(segments) => segments,
+        Err(template_errors) => {
+            for error in template_errors {
+                errors.push(syn::Error::new(
+                    lit_subspan(lit, error.range),
+                    error.message,
+                ));
+            }
+            return None;
+        }
+    };
+    let mut resolved = Vec::with_capacity(segments.len());
+    let mut complete = true;
+    for segment in segments {
+        match segment {
+            Segment::Literal(literal) => resolved.push(KeySegment::Literal {
+                span: lit_subspan(lit, literal.range),
+                text: literal.text,
+            }),
+            Segment::Placeholder(placeholder) => {
+                match errors.ok(resolve(&placeholder, lit, sig, bindings)) {
+                    Some(placeholder) => resolved.push(KeySegment::Placeholder(placeholder)),
+                    None => complete = false,
+                }
+            }
+        }
+    }
+    complete.then(|| KeyTemplate {
+        lit: lit.clone(),
+        segments: resolved,
+    })
+}
+
+fn missing_key(attr: AttrKind, sig: &Signature, bindings: &Bindings) -> syn::Error {
+    let example = match bindings.names.first() {
+        Some(first) => format!("{}:<{first}>", sig.ident),
+        None => sig.ident.to_string(),
+    };
+    syn::Error::new(
+        Span::call_site(),
+        format!(
+            "`#[{name}]` needs `key = \"...\"`: the name of the lock in Redis, e.g. `#[{name}(key = \"{example}\")]`; `<param>` placeholders are filled from the fn's parameters",
+            name = attr.name()
+        ),
+    )
+}
+
+fn resolve(
+    placeholder: &template::Placeholder,
+    lit: &LitStr,
+    sig: &Signature,
+    bindings: &Bindings,
+) -> syn::Result<Placeholder> {
+    let span = lit_subspan(lit, placeholder.range.clone());
+    let root = if placeholder.root == "self" {
+        let receiver = bindings.receiver.ok_or_else(|| {
+            syn::Error::new(
+                span,
+                format!(
+                    "`{}` needs a method with a `self` receiver, but `{}` has none; use a parameter instead",
+                    placeholder.written(),
+                    sig.ident
+                ),
+            )
+        })?;
+        // The receiver's own span makes the generated `self` resolve to it.
+        Ident::new("self", receiver.span)
+    } else {
+        bindings
+            .find(&placeholder.root)
+            .cloned()
+            .ok_or_else(|| unknown_binding(placeholder, span, sig, bindings))?
+    };
+    let fields = placeholder
+        .fields
+        .iter()
+        .map(|field| member(field, span))
+        .collect();
+    Ok(Placeholder { root, fields, span })
+}
+
+fn unknown_binding(
+    placeholder: &template::Placeholder,
+    span: Span,
+    sig: &Signature,
+    bindings: &Bindings,
+) -> syn::Error {
+    let roots = bindings.roots();
+    let written = placeholder.written();
+    let fn_name = &sig.ident;
+    let message = if roots.is_empty() {
+        format!(
+            "`{written}` names no parameter of `{fn_name}`, which has none; use a fixed key or add the value as a parameter"
+        )
+    } else {
+        let suggestion = did_you_mean(&placeholder.root, roots.iter().map(String::as_str))
+            .map(|name| format!("; did you mean `<{name}>`?"))
+            .unwrap_or_default();
+        format!(
+            "`{written}` names no parameter of `{fn_name}`; bindings are: {}{suggestion}",
+            roots.join(", ")
+        )
+    };
+    syn::Error::new(span, message)
+}
+
+fn member(field: &str, span: Span) -> Member {
+    if let Ok(index) = field.parse::<u32>() {
+        return Member::Unnamed(Index { index, span });
+    }
+    let ident = match field.strip_prefix("r#") {
+        Some(raw) => Ident::new_raw(raw, span),
+        None => Ident::new(field, span),
+    };
+    Member::Named(ident)
+}
+
+/// The span of `range` (bytes of the literal's value) inside the literal.
+///
+/// Compilers that cannot point inside a string (stable rustc today) return
+/// `None` from `subspan`; the whole literal is the next best place. Escapes
+/// shift byte offsets, so a literal whose source text differs from its value
+/// also falls back.
+fn lit_subspan(lit: &LitStr, range: Range<usize>) -> Span {
+    let source = lit.token().to_string();
+    let (open, close) = match source.strip_prefix('r') {
+        Some(raw) => {
+            let hashes = raw.len() - raw.trim_start_matches('#').len();
+            (hashes + 2, hashes + 1)
+        }
+        None => (1, 1),
+    };
+    let inner = source.get(open..source.len().saturating_sub(close));
+    if inner != Some(lit.value().as_str()) {
+        return lit.span();
+    }
+    lit.token()
+        .subspan(range.start + open..range.end + open)
+        .unwrap_or_else(|| lit.span())
+}
+
+fn ttl(args: &LockArgs, errors: &mut Errors) -> Option<Spanned<Duration>> {
+    match &args.ttl {
+        None if args.given("ttl") => None,
+        None => Some(Spanned::default_value(DEFAULT_TTL)),
+        Some(ttl) if ttl.value.is_zero() => {
+            errors.push(syn::Error::new(
+                ttl.span,
+                "`ttl` must be greater than zero: a zero lease expires before the body starts; write e.g. `ttl = \"10s\"`",
+            ));
+            None
+        }
+        Some(ttl) => Some(ttl.clone()),
+    }
+}
+
+fn watchdog(
+    args: &LockArgs,
+    ttl: Option<&Spanned<Duration>>,
+    errors: &mut Errors,
+) -> Option<Spanned<Watchdog>> {
+    let Some(arg) = &args.watchdog else {
+        if args.given("watchdog") {
+            return None;
+        }
+        let period = ttl?.value / WATCHDOG_DIVISOR;
+        return Some(Spanned::default_value(Watchdog::Every(period)));
+    };
+    let span = arg.span;
+    let period = match arg.value {
+        WatchdogArg::Enabled(false) => return Some(Spanned::new(Watchdog::Off, span)),
+        WatchdogArg::Enabled(true) => {
+            return Some(Spanned::new(
+                Watchdog::Every(ttl?.value / WATCHDOG_DIVISOR),
+                span,
+            ))
+        }
+        WatchdogArg::Period(period) => period,
+    };
+    if period.is_zero() {
+        errors.push(syn::Error::new(
+            span,
+            "the watchdog period must be greater than zero; to turn renewal off write `watchdog = false`",
+        ));
+        return None;
+    }
+    // An invalid ttl was reported already; comparing with it would only add noise.
+    let ttl = ttl?;
+    if period >= ttl.value {
+        errors.push(period_not_below_ttl(
+            period,
+            ttl.value,
+            args.ttl.is_none(),
+            span,
+        ));
+        return None;
+    }
+    Some(Spanned::new(Watchdog::Every(period), span))
+}
+
+fn period_not_below_ttl(
+    period: Duration,
+    ttl: Duration,
+    ttl_is_default: bool,
+    span: Span,
+) -> syn::Error {
+    let which = if ttl_is_default { "default ttl" } else { "ttl" };
+    syn::Error::new(
+        span,
+        format!(
+            "the watchdog period must be below the {which} of {ttl}, or the lease can expire before it is renewed; got {period}. Write `watchdog = true` to renew every ttl/3 (the default), or give a shorter period",
+            ttl = duration::format(ttl),
+            period = duration::format(period),
+        ),
+    )
+}
+
+/// Only reports: a zero `max_hold` fails the whole attribute, so the model
+/// can take `args.max_hold` as is.
+fn check_max_hold(args: &LockArgs, errors: &mut Errors) {
+    if let Some(max_hold) = args.max_hold.as_ref().filter(|m| m.value.is_zero()) {
+        errors.push(syn::Error::new(
+            max_hold.span,
+            "`max_hold` must be greater than zero; leave it out for no cap on the hold time",
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn model(args: TokenStream, item: TokenStream) -> LockModel {
+        analyze(AttrKind::Distributed, args, item).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn messages(attr: AttrKind, args: TokenStream, item: TokenStream) -> Vec<String> {
+        analyze(attr, args, item)
+            .expect_err("expected errors")
+            .into_iter()
+            .map(|error| error.to_string())
+            .collect()
+    }
+
+    fn pay() -> TokenStream {
+        quote!(
+            async fn pay(id: u64, Path(user): Path<u64>) -> Result<(), E> {}
+        )
+    }
+
+    #[test]
+    fn fills_defaults() {
+        let m = model(quote!(key = "order:<id>"), pay());
+        assert!(matches!(m.kind, LockKind::Exclusive { mode } if mode.value == Mode::SetNx));
+        assert_eq!(m.ttl.value, DEFAULT_TTL);
+        assert_eq!(m.wait.value, DEFAULT_WAIT);
+        assert_eq!(m.watchdog.value, Watchdog::Every(Duration::from_secs(10)));
+        assert_eq!(m.on_busy.value, OnBusy::Error);
+        assert_eq!(m.on_lost.value, OnLost::Cancel);
+        assert!(m.max_hold.is_none() && m.client.is_none() && m.map_err.is_none());
+        assert_eq!(m.item.sig.ident, "pay");
+    }
+
+    #[test]
+    fn resolves_template_segments() {
+        let m = model(quote!(key = "{o:<user>}:<id.inner.0>"), pay());
+        let shapes: Vec<String> = m
+            .key
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                KeySegment::Literal { text, .. } => text.clone(),
+                KeySegment::Placeholder(p) => {
+                    let fields = p.fields.iter().map(|f| quote!(#f).to_string());
+                    let path: Vec<String> =
+                        std::iter::once(p.root.to_string()).chain(fields).collect();
+                    format!("[{}]", path.join("."))
+                }
+            })
+            .collect();
+        assert_eq!(shapes, ["{o:", "[user]", "}:", "[id.inner.0]"]);
+    }
+
+    #[test]
+    fn watchdog_variants() {
+        let off = model(quote!(key = "k", watchdog = false), pay());
+        assert_eq!(off.watchdog.value, Watchdog::Off);
+        let on = model(quote!(key = "k", ttl = "9s", watchdog = true), pay());
+        assert_eq!(on.watchdog.value, Watchdog::Every(Duration::from_secs(3)));
+        let period = model(quote!(key = "k", ttl = "9s", watchdog = "8s"), pay());
+        assert_eq!(
+            period.watchdog.value,
+            Watchdog::Every(Duration::from_secs(8))
+        );
+    }
+
+    #[test]
+    fn self_placeholders_need_a_receiver() {
+        let method = quote!(
+            async fn run(&self) -> Result<(), E> {}
+        );
+        assert!(analyze(AttrKind::Read, quote!(key = "<self.id>"), method).is_ok());
+        let all = messages(AttrKind::Read, quote!(key = "<self.id>"), pay());
+        assert!(
+            all[0].contains("`<self.id>` needs a method with a `self` receiver"),
+            "{all:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_binding_lists_and_suggests() {
+        let all = messages(AttrKind::Distributed, quote!(key = "<usr>:<nope>"), pay());
+        assert_eq!(
+            all,
+            [
+                "`<usr>` names no parameter of `pay`; bindings are: id, user; did you mean `<user>`?",
+                "`<nope>` names no parameter of `pay`; bindings are: id, user",
+            ]
+        );
+        let none = messages(
+            AttrKind::Distributed,
+            quote!(key = "<id>"),
+            quote!(
+                async fn tick() -> Result<(), E> {}
+            ),
+        );
+        assert!(none[0].contains("which has none"), "{none:?}");
+    }
+
+    #[test]
+    fn reports_argument_and_signature_errors_together() {
+        let all = messages(
+            AttrKind::Write,
+            quote!(tll = "1s", key = "<x>"),
+            quote!(
+                #[distributed_lock(key = "a")]
+                fn f() {}
+            ),
+        );
+        assert_eq!(all.len(), 5, "{all:#?}");
+        assert!(all[0].contains("unknown argument `tll`"));
+        assert!(all[1].contains("stacked"));
+        assert!(all[2].contains("requires an `async fn`"));
+        assert!(all[3].contains("must return `Result<T, E>`"));
+        assert!(all[4].contains("`<x>` names no parameter"));
+    }
+
+    #[test]
+    fn same_attribute_twice() {
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(key = "a"),
+            quote!(
+                #[distlock::distributed_lock(key = "b")]
+                async fn f() -> Result<(), E> {}
+            ),
+        );
+        assert_eq!(all.len(), 1);
+        assert!(all[0].contains("applied twice"), "{all:?}");
+    }
+
+    #[test]
+    fn missing_key_shows_an_example_from_the_signature() {
+        let all = messages(AttrKind::Distributed, quote!(ttl = "1s"), pay());
+        assert_eq!(all.len(), 1);
+        assert!(
+            all[0].contains("#[distributed_lock(key = \"pay:<id>\")]"),
+            "{all:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_not_reported_twice() {
+        // An invalid ttl must not also produce "missing"/"period not below ttl".
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(key = "k", ttl = "1x", watchdog = "1h"),
+            pay(),
+        );
+        assert_eq!(all.len(), 1, "{all:?}");
+        let key = messages(AttrKind::Distributed, quote!(key = 1), pay());
+        assert_eq!(key.len(), 1, "{key:?}");
+    }
+
+    #[test]
+    fn relational_checks() {
+        let zero = messages(
+            AttrKind::Distributed,
+            quote!(key = "k", ttl = "0s", max_hold = "0ms"),
+            pay(),
+        );
+        assert_eq!(zero.len(), 2, "{zero:?}");
+        let period = messages(
+            AttrKind::Distributed,
+            quote!(key = "k", watchdog = "30s"),
+            pay(),
+        );
+        assert!(
+            period[0].contains("below the default ttl of 30s"),
+            "{period:?}"
+        );
+        let zero_period = messages(
+            AttrKind::Distributed,
+            quote!(key = "k", watchdog = "0s"),
+            pay(),
+        );
+        assert!(
+            zero_period[0].contains("watchdog = false"),
+            "{zero_period:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_non_fn_items_and_impl_trait() {
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(key = "k"),
+            quote!(
+                struct S;
+            ),
+        );
+        assert!(
+            all[0].contains("can only be applied to an `async fn`"),
+            "{all:?}"
+        );
+        let opaque = messages(
+            AttrKind::Distributed,
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> impl Sized {}
+            ),
+        );
+        assert!(opaque[0].contains("`impl Trait`"), "{opaque:?}");
+    }
+
+    #[test]
+    fn members_from_fields() {
+        let span = Span::call_site();
+        assert!(matches!(
+            member("0", span),
+            Member::Unnamed(Index { index: 0, .. })
+        ));
+        assert!(matches!(member("name", span), Member::Named(_)));
+        let raw = member("r#type", span);
+        assert_eq!(quote!(#raw).to_string(), "r#type");
+    }
+
+    #[test]
+    fn subspan_falls_back_to_the_literal() {
+        let lit: LitStr = syn::parse_quote!("order:<id>");
+        // Outside a compiler, or on stable, there are no sub-spans: same span back.
+        let span = lit_subspan(&lit, 6..10);
+        assert_eq!(format!("{span:?}"), format!("{:?}", lit.span()));
+        let escaped: LitStr = syn::parse_quote!("a\tb<id>");
+        let _ = lit_subspan(&escaped, 3..7);
+    }
+}

@@ -1,0 +1,11 @@
+use distlock_macros::distributed_lock;
+
+struct MyError;
+
+#[distributed_lock(key = "order:<id>")]
+#[distlock_macros::write_lock(key = "doc:<id>")]
+async fn pay(id: u64) -> Result<u64, MyError> {
+    Ok(id)
+}
+
+fn main() {}
