@@ -56,3 +56,9 @@ pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
+
+/// The lock attributes, re-exported so users depend on this crate alone. Their argument
+/// parsing and compile-time checks are in place; code generation is not written yet, so a
+/// correctly written attribute currently stops the build with a message saying so (a body
+/// must never run without its lock).
+pub use distlock_macros::{distributed_lock, read_lock, write_lock};
