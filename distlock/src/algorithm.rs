@@ -7,7 +7,7 @@
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
 //! | acquire | lock, fencing counter | owner, ttl in ms | `{1, fence}` / `{0, holder ms}` / `{-1, type}` |
-//! | release | lock                  | owner            | `1` released / `0` not ours                |
+//! | release | lock, wake-up channel | owner            | `1` released / `0` not ours                |
 //! | extend  | lock                  | owner, ttl in ms | `1` renewed / `0` not ours                 |
 
 use std::time::Duration;
@@ -23,9 +23,21 @@ pub(crate) struct Algorithm {
     /// The mode's name, as the macros spell it.
     #[allow(dead_code)]
     pub(crate) name: &'static str,
+    /// Who owns a hold: a fresh token per acquisition, or the task (reentrant modes).
+    pub(crate) owner: OwnerKind,
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) extend: Script,
+}
+
+/// How a mode names the owner of a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnerKind {
+    /// 128 random bits per acquisition; the same task asking again is refused client-side,
+    /// since waiting on itself would deadlock.
+    Token,
+    /// Client id plus the current [`LockContext`](crate::LockContext): the same task re-enters.
+    Context,
 }
 
 /// The answer to one acquire attempt.
@@ -69,6 +81,7 @@ impl Algorithm {
         let n: i64 = self
             .release
             .key(key.lock())
+            .key(key.channel())
             .arg(owner)
             .invoke_async(conn)
             .await

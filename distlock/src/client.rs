@@ -1,14 +1,21 @@
 //! The lock client: one Redis deployment, its connection and its settings.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion};
 
+use crate::context::LockContext;
 use crate::error::{Error, Op};
 use crate::key::{self, LockKey};
+use crate::lease::LeaseState;
 use crate::lock::LockRequest;
+use crate::notify::{Channels, Notifier};
+use crate::reentrant;
 use crate::setnx;
+use crate::watchdog::Watchdog;
 
 /// Default time to open a connection; an unreachable server is reported after this long.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,9 +57,42 @@ pub(crate) struct Inner {
     pub(crate) max_key_len: usize,
     /// Random per client: distinguishes owners across processes in reentrant and read/write
     /// locks, whose owner is this id plus the task.
-    #[allow(dead_code)]
     pub(crate) id: String,
+    pub(crate) notifier: Notifier,
+    pub(crate) watchdog: Watchdog,
+    /// Non-reentrant locks held, per task: asking again from the same task is an immediate
+    /// error instead of a wait on oneself.
+    pub(crate) held: Mutex<HeldByTask>,
 }
+
+impl Inner {
+    /// True when `context` holds the non-reentrant lock at `key` through this client and its
+    /// lease is still good (a task whose hold ran out may take the lock again).
+    pub(crate) fn holds(&self, key: &[u8], context: LockContext) -> bool {
+        self.held()
+            .get(&(key.to_vec(), context))
+            .is_some_and(|lease| lease.is_valid())
+    }
+
+    pub(crate) fn hold(&self, key: &[u8], context: LockContext, lease: Arc<LeaseState>) {
+        self.held().insert((key.to_vec(), context), lease);
+    }
+
+    /// Forgets the hold, unless the entry already belongs to a later hold of the same task.
+    pub(crate) fn unhold(&self, key: &[u8], context: LockContext, lease: &Arc<LeaseState>) {
+        let mut held = self.held();
+        let k = (key.to_vec(), context);
+        if held.get(&k).is_some_and(|l| Arc::ptr_eq(l, lease)) {
+            held.remove(&k);
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HeldByTask> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+type HeldByTask = HashMap<(Vec<u8>, LockContext), Arc<LeaseState>>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,6 +126,22 @@ impl Client {
     /// The name may be any UTF-8 text; it is checked when the lock is acquired.
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(self, &setnx::SETNX, name.as_ref())
+    }
+
+    /// A reentrant exclusive lock: the same task (or [`LockContext`]) may take it again while
+    /// holding it, and must release it as often as it took it; other tasks wait.
+    pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(self, &reentrant::REENTRANT, name.as_ref())
+    }
+
+    /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).
+    pub fn renewal_round_trips(&self) -> u64 {
+        self.inner.watchdog.round_trips()
+    }
+
+    /// Locks whose leases the watchdog is renewing right now.
+    pub fn renewing(&self) -> usize {
+        self.inner.watchdog.len()
     }
 
     pub(crate) fn inner(&self) -> &Inner {
@@ -143,9 +199,26 @@ impl ClientBuilder {
             ));
         }
         let addr = redact(&self.url);
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| Error::config(format!("cannot use Redis URL `{addr}`: {e}")))?;
+        let bad_url =
+            |e: redis::RedisError| Error::config(format!("cannot use Redis URL `{addr}`: {e}"));
+        let info = self.url.as_str().into_connection_info().map_err(bad_url)?;
+        // RESP3 carries release notifications as push frames on this same connection.
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
+        let channels = Arc::new(Channels::default());
+        let on_push = {
+            let channels = channels.clone();
+            move |push| {
+                channels.on_push(push);
+                Ok::<(), std::convert::Infallible>(())
+            }
+        };
         let config = ConnectionManagerConfig::new()
+            .set_push_sender(on_push)
+            .set_automatic_resubscription()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
@@ -165,11 +238,14 @@ impl ClientBuilder {
         };
         Ok(Client {
             inner: Arc::new(Inner {
-                conn,
                 addr,
                 prefix: self.prefix,
                 max_key_len: self.max_key_len,
                 id: crate::token::client_id(),
+                notifier: Notifier::new(channels, conn.clone()),
+                watchdog: Watchdog::start(conn.clone()),
+                conn,
+                held: Mutex::new(HashMap::new()),
             }),
         })
     }

@@ -82,6 +82,11 @@ impl LockKey {
         k
     }
 
+    /// The pub/sub channel its releases are announced on.
+    pub(crate) fn channel(&self) -> Vec<u8> {
+        self.derived("wake")
+    }
+
     /// The counter that issues fencing tokens. It has no expiry: a counter that expired would
     /// restart at 1 and break the promise that tokens only grow.
     pub(crate) fn fence(&self) -> Vec<u8> {

@@ -1,6 +1,10 @@
 //! Lease arithmetic: how long a granted lock may be trusted, on the local monotonic clock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::error::Error;
 
@@ -37,6 +41,77 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
 /// server started its `PX` countdown after `sent`, so this is conservative.
 pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl))
+}
+
+/// What the guard and the watchdog both know about one held lease.
+///
+/// Once lost, a lease stays lost: a renewal that succeeds after the local deadline has passed
+/// does not revive it, because the holder may already have acted on the loss.
+pub(crate) struct LeaseState {
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    /// Wakes `Guard::lost()` waiters when the lease is declared lost.
+    changed: Notify,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant) -> Self {
+        LeaseState {
+            valid_until: Mutex::new(valid_until),
+            lost: AtomicBool::new(false),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True while the lease can be trusted.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+    }
+
+    /// Records a successful renewal sent at `sent`; refused (returns false and declares the
+    /// lease lost) if the lease had already run out on our clock.
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
+        let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        if self.lost.load(Ordering::Acquire) || Instant::now() >= *until {
+            drop(until);
+            self.declare_lost();
+            return false;
+        }
+        *until = (*until).max(valid_until(sent, ttl));
+        true
+    }
+
+    pub(crate) fn declare_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Resolves once the lease is lost: declared so (renewal refused or given up) or run out
+    /// on the local clock. The deadline is re-read after every wake because renewals move it.
+    pub(crate) async fn until_lost(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            let until = self.valid_until();
+            if Instant::now() >= until {
+                self.declare_lost();
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -39,19 +39,24 @@
 
 mod algorithm;
 mod client;
+mod context;
 mod error;
 mod guard;
 mod key;
 mod lease;
 mod lock;
+mod notify;
+mod reentrant;
 mod setnx;
 mod token;
 mod wait;
+mod watchdog;
 
 pub use client::{
     default_client, set_default, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
+pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use lease::{MAX_TTL, MIN_TTL};

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Error};
+use distlock::{Client, Error, LockContext};
 use distlock_testkit::{wait_until_async, Observer, RedisServer};
 use redis::AsyncCommands;
 
@@ -34,45 +34,66 @@ async fn until_expired(conn: &redis::aio::MultiplexedConnection, key: &str) {
     assert!(gone, "{key} did not expire");
 }
 
+/// Runs `f` as an owner distinct from the calling task.
+async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
+    LockContext::new().scope(f).await
+}
+
 #[tokio::test]
 async fn second_owner_is_refused_until_release() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let a = locks.lock("res").try_acquire().await.expect("free lock");
     assert!(a.is_held());
-    let busy = locks.lock("res").try_acquire().await.unwrap_err();
+    let busy = as_other_owner(locks.lock("res").try_acquire())
+        .await
+        .unwrap_err();
     assert!(
         matches!(busy, Error::Busy { ref key } if key == "res"),
         "{busy}"
     );
-    let timeout = locks
-        .lock("res")
-        .wait(Duration::from_millis(100))
-        .acquire()
+    assert!(busy.is_retryable());
+    let timeout = as_other_owner(locks.lock("res").wait(Duration::from_millis(100)).acquire())
         .await
         .unwrap_err();
     match timeout {
         Error::Timeout { attempts, .. } => assert!(attempts > 1, "waited with retries"),
         other => panic!("expected a timeout, got {other}"),
     }
-    assert!(timeout_is_retryable(&locks).await);
     a.release().await.expect("release");
-    let b = locks
-        .lock("res")
-        .try_acquire()
+    let b = as_other_owner(locks.lock("res").try_acquire())
         .await
         .expect("free after release");
     b.release().await.expect("release");
 }
 
-async fn timeout_is_retryable(locks: &Client) -> bool {
-    let _held = locks.lock("retry").try_acquire().await.expect("free");
+#[tokio::test]
+async fn the_same_task_asking_again_fails_at_once_instead_of_deadlocking() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let held = locks.lock("self").try_acquire().await.expect("free");
+    let started = Instant::now();
+    let err = locks
+        .lock("self")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Reentrant { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "it did not wait on itself"
+    );
+    held.release().await.expect("release");
+    // Released: the same task may take it again.
     locks
-        .lock("retry")
+        .lock("self")
         .try_acquire()
         .await
-        .unwrap_err()
-        .is_retryable()
+        .expect("free again")
+        .release()
+        .await
+        .expect("release");
 }
 
 #[tokio::test]
@@ -89,13 +110,14 @@ async fn fencing_tokens_increase_with_every_acquisition() {
 }
 
 #[tokio::test]
-async fn an_expired_lock_is_free_and_its_old_holder_cannot_touch_the_new_one() {
+async fn an_expired_lock_is_free_and_its_old_holder_cannot_release_the_new_one() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let mut raw = server.async_connection().await;
-    let mut old = locks
+    let raw = server.async_connection().await;
+    let old = locks
         .lock("lease")
         .ttl(Duration::from_millis(50))
+        .watchdog(false)
         .try_acquire()
         .await
         .expect("free");
@@ -104,30 +126,63 @@ async fn an_expired_lock_is_free_and_its_old_holder_cannot_touch_the_new_one() {
         !old.is_held(),
         "the guard's own clock also says the lease ran out"
     );
-
-    let new = locks
-        .lock("lease")
-        .try_acquire()
+    let new = as_other_owner(locks.lock("lease").try_acquire())
         .await
         .expect("an expired lock is free");
-    let before: Vec<u8> = raw.get(lock_key("lease")).await.expect("GET");
-    let ttl_before = pttl(&mut raw, &lock_key("lease")).await;
-
-    // The old holder's token no longer matches: extend and release are refused ...
-    let extend = old.extend(Duration::from_secs(60)).await.unwrap_err();
-    assert!(matches!(extend, Error::LeaseLost { .. }), "{extend}");
+    let before = dump(&raw, &lock_key("lease")).await;
     let release = old.release().await.unwrap_err();
     assert!(matches!(release, Error::NotOwner { .. }), "{release}");
-
-    // ... and the new holder's key is exactly as it was.
-    let after: Vec<u8> = raw.get(lock_key("lease")).await.expect("GET");
-    assert_eq!(before, after);
-    let ttl_after = pttl(&mut raw, &lock_key("lease")).await;
-    assert!(
-        ttl_after <= ttl_before && ttl_after > 0,
-        "not extended by the old holder"
+    assert_eq!(
+        dump(&raw, &lock_key("lease")).await,
+        before,
+        "the new holder's lock is intact"
     );
     new.release().await.expect("the new holder releases");
+}
+
+/// The stored token decides, not the guard's belief: a holder whose lock was replaced behind
+/// its back (its local lease still running) has its extend and release refused by the scripts.
+#[tokio::test]
+async fn a_wrong_token_cannot_extend_or_release_and_leaves_the_key_intact() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    let mut stale = locks
+        .lock("swap")
+        .ttl(Duration::from_secs(10))
+        .watchdog(false)
+        .try_acquire()
+        .await
+        .expect("free");
+    let _: () = raw.del(lock_key("swap")).await.expect("DEL");
+    let new = as_other_owner(locks.lock("swap").try_acquire())
+        .await
+        .expect("free after the delete");
+    assert!(stale.is_held(), "locally the stale lease still runs");
+    let before = dump(&raw, &lock_key("swap")).await;
+    let ttl_before = pttl(&mut raw, &lock_key("swap")).await;
+
+    let extend = stale.extend(Duration::from_secs(60)).await.unwrap_err();
+    assert!(matches!(extend, Error::LeaseLost { .. }), "{extend}");
+    assert!(!stale.is_held(), "a refused extend marks the lease lost");
+    let release = stale.release().await.unwrap_err();
+    assert!(matches!(release, Error::NotOwner { .. }), "{release}");
+
+    assert_eq!(dump(&raw, &lock_key("swap")).await, before);
+    let ttl_after = pttl(&mut raw, &lock_key("swap")).await;
+    assert!(
+        ttl_after <= ttl_before && ttl_after > 0,
+        "not extended by the stale holder"
+    );
+    new.release().await.expect("the new holder releases");
+}
+
+async fn dump(conn: &redis::aio::MultiplexedConnection, key: &str) -> Vec<u8> {
+    redis::cmd("DUMP")
+        .arg(key)
+        .query_async(&mut conn.clone())
+        .await
+        .expect("DUMP")
 }
 
 #[tokio::test]
@@ -138,6 +193,7 @@ async fn extend_renews_the_lease() {
     let mut g = locks
         .lock("ext")
         .ttl(Duration::from_secs(1))
+        .watchdog(false)
         .try_acquire()
         .await
         .expect("free");

@@ -6,11 +6,12 @@
 
 use std::sync::LazyLock;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, OwnerKind};
 
 /// The exclusive, non-reentrant lock.
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "setnx",
+    owner: OwnerKind::Token,
     acquire: redis::Script::new(include_str!("acquire.lua")),
     release: redis::Script::new(include_str!("release.lua")),
     extend: redis::Script::new(include_str!("extend.lua")),

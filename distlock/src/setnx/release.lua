@@ -1,7 +1,11 @@
--- Delete the lock only if it still holds our token (seed 002's check-and-delete, atomic).
--- KEYS[1] lock key; ARGV[1] owner token. Returns 1 released, 0 not ours (or gone).
+-- Delete the lock only if it still holds our token (seed 002's check-and-delete, atomic),
+-- and wake a waiter.
+-- KEYS[1] lock key, KEYS[2] wake-up channel; ARGV[1] owner token.
+-- Returns 1 released, 0 not ours (or gone).
 -- pcall: a key of another type is simply not ours, not a script failure.
 if redis.pcall('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '')
+  return 1
 end
 return 0

@@ -55,11 +55,21 @@ async fn main() {
         w.await.expect("worker");
     }
 
-    println!("\n2. one attempt at a held lock fails at once instead of waiting:");
+    println!("\n2. a held lock: another task's single attempt fails at once; the holder asking again\n   gets an error instead of waiting on itself:");
     let held = locks.lock("report").try_acquire().await.expect("free");
-    match locks.lock("report").try_acquire().await {
-        Err(e @ Error::Busy { .. }) => say(&clock, &format!("second caller: {e}")),
+    let other = locks.clone();
+    match tokio::spawn(async move { other.lock("report").try_acquire().await }).await {
+        Ok(Err(e @ Error::Busy { .. })) => say(&clock, &format!("another task: {e}")),
         other => panic!("expected Busy, got {other:?}"),
+    }
+    match locks
+        .lock("report")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+    {
+        Err(e @ Error::Reentrant { .. }) => say(&clock, &format!("the holder itself: {e}")),
+        other => panic!("expected Reentrant, got {other:?}"),
     }
     held.release().await.expect("release");
 
@@ -69,6 +79,7 @@ async fn main() {
     let stale = locks
         .lock("invoice:7")
         .ttl(Duration::from_millis(200))
+        .watchdog(false) // as if its process froze: nothing renews the lease
         .try_acquire()
         .await
         .expect("free");
@@ -79,12 +90,17 @@ async fn main() {
             stale.fencing_token()
         ),
     );
-    let next = locks
-        .lock("invoice:7")
-        .wait(Duration::from_secs(2))
-        .acquire()
-        .await
-        .expect("free once the stale lease ran out");
+    let other = locks.clone();
+    let next = tokio::spawn(async move {
+        other
+            .lock("invoice:7")
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+    })
+    .await
+    .expect("next worker")
+    .expect("free once the stale lease ran out");
     say(
         &clock,
         &format!(

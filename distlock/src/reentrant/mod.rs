@@ -1,0 +1,20 @@
+//! The reentrant lock of seed 002 (hash + Lua) and seed 003 (Redisson): one hash per lock
+//! holding `owner -> hold count`, one expiry for the whole hash.
+//!
+//! The owner is the client id plus the current [`LockContext`](crate::LockContext) (the Tokio
+//! task, not the thread: Redisson keys owners by thread id, which async code does not have).
+//! Nested acquisitions by one task re-enter and keep the fencing token; other tasks, even on
+//! the same thread, wait. The last release deletes the hash and wakes a waiter.
+
+use std::sync::LazyLock;
+
+use crate::algorithm::{Algorithm, OwnerKind};
+
+/// The exclusive reentrant lock.
+pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    name: "reentrant",
+    owner: OwnerKind::Context,
+    acquire: redis::Script::new(include_str!("acquire.lua")),
+    release: redis::Script::new(include_str!("release.lua")),
+    extend: redis::Script::new(include_str!("extend.lua")),
+});

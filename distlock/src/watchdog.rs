@@ -1,0 +1,245 @@
+//! Lease renewal for every lock a client holds: one task and one pipeline per tick.
+//!
+//! A timer per lock would make 10,000 held locks cost 10,000 timers and 10,000 round trips
+//! per period. Instead one task per client keeps the held leases in a table, sleeps until the
+//! earliest is due, and renews every lease that is at least half-way to its due time in one
+//! pipeline of owner-checked extend scripts: one round trip per tick, however many locks.
+//!
+//! A refused renewal (the lock is no longer ours) declares the lease lost at once. A failed
+//! one (timeout, connection down) is retried soon; if no renewal succeeds before the lease
+//! runs out on the local clock, the guard reports it lost by its own deadline
+//! (see [`LeaseState`]). Releasing removes the lease from the table before the release script
+//! is sent on the same connection, so no renewal can follow a release.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+
+use crate::algorithm::Algorithm;
+use crate::key::LockKey;
+use crate::lease::LeaseState;
+
+/// How soon a renewal that failed for a transient reason is tried again.
+const RETRY_AFTER: Duration = Duration::from_millis(50);
+
+/// One held lease to keep alive.
+pub(crate) struct Watch {
+    pub(crate) algorithm: &'static Algorithm,
+    pub(crate) key: LockKey,
+    pub(crate) owner: String,
+    pub(crate) ttl_ms: u64,
+    pub(crate) period: Duration,
+    /// Renewal stops here (the optional cap on total hold time); the lease then runs out.
+    pub(crate) stop_at: Option<Instant>,
+    pub(crate) lease: Arc<LeaseState>,
+}
+
+struct Entry {
+    watch: Watch,
+    due: Instant,
+}
+
+/// Handle to a client's renewal task.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    task: tokio::task::AbortHandle,
+}
+
+#[derive(Default)]
+struct Shared {
+    entries: Mutex<HashMap<u64, Entry>>,
+    next_id: AtomicU64,
+    /// Wakes the task when a lease is added (it may be due sooner than the current sleep).
+    added: Notify,
+    /// Renewal round trips sent, for benchmarks and tests.
+    round_trips: AtomicU64,
+}
+
+impl Shared {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn start(conn: ConnectionManager) -> Watchdog {
+        let shared = Arc::new(Shared::default());
+        // The task holds the table too; dropping the client aborts it.
+        let task = tokio::spawn(run(shared.clone(), conn)).abort_handle();
+        Watchdog { shared, task }
+    }
+
+    /// Starts renewing a lease; returns the id to [`unwatch`](Self::unwatch) it with.
+    pub(crate) fn watch(&self, watch: Watch) -> u64 {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let due = Instant::now() + watch.period;
+        self.shared.entries().insert(id, Entry { watch, due });
+        self.shared.added.notify_one();
+        id
+    }
+
+    /// Stops renewing a lease. Synchronous, so it takes effect before the caller's next
+    /// command is sent.
+    pub(crate) fn unwatch(&self, id: u64) {
+        self.shared.entries().remove(&id);
+    }
+
+    /// Renewal pipelines sent so far.
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.shared.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Leases currently renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.entries().len()
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One renewal in a batch.
+struct Due {
+    id: u64,
+    algorithm: &'static Algorithm,
+    key: LockKey,
+    owner: String,
+    ttl_ms: u64,
+}
+
+async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
+    loop {
+        let (batch, next) = collect(&shared);
+        if batch.is_empty() {
+            let added = shared.added.notified();
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        _ = added => {}
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
+                None => added.await,
+            }
+            continue;
+        }
+        let sent = Instant::now();
+        let mut pipe = redis::pipe();
+        for d in &batch {
+            pipe.cmd("EVALSHA")
+                .arg(d.algorithm.extend.get_hash())
+                .arg(1)
+                .arg(d.key.lock())
+                .arg(&d.owner)
+                .arg(d.ttl_ms);
+        }
+        let replies: redis::RedisResult<Vec<redis::RedisResult<i64>>> =
+            pipe.ignore_errors().query_async(&mut conn).await;
+        shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        let reload = record(&shared, &batch, replies, sent);
+        // The server lost its scripts (a restart): load them again before the retry.
+        for algorithm in dedup(reload) {
+            let _ = algorithm
+                .extend
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await;
+        }
+    }
+}
+
+/// Applies one pipeline's replies; returns the algorithms whose scripts the server lost.
+fn record(
+    shared: &Shared,
+    batch: &[Due],
+    replies: redis::RedisResult<Vec<redis::RedisResult<i64>>>,
+    sent: Instant,
+) -> Vec<&'static Algorithm> {
+    let mut reload = Vec::new();
+    let mut entries = shared.entries();
+    match replies {
+        Ok(replies) => {
+            for (d, reply) in batch.iter().zip(replies) {
+                // Released while the renewal was in flight: nothing to record.
+                let Some(entry) = entries.get_mut(&d.id) else {
+                    continue;
+                };
+                match reply {
+                    Ok(1) => {
+                        let ttl = Duration::from_millis(d.ttl_ms);
+                        if entry.watch.lease.renewed(sent, ttl) {
+                            entry.due = sent + entry.watch.period;
+                        } else {
+                            entries.remove(&d.id);
+                        }
+                    }
+                    Ok(_) => {
+                        entry.watch.lease.declare_lost();
+                        entries.remove(&d.id);
+                    }
+                    Err(e) => {
+                        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                            reload.push(d.algorithm);
+                        }
+                        entry.due = Instant::now() + RETRY_AFTER;
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for d in batch {
+                if let Some(entry) = entries.get_mut(&d.id) {
+                    entry.due = Instant::now() + RETRY_AFTER;
+                }
+            }
+        }
+    }
+    reload
+}
+
+/// Takes every lease at least half-way to its due time (so they share this round trip) and
+/// returns the earliest due time of the rest. Drops leases that are lost or past their cap.
+fn collect(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
+    let now = Instant::now();
+    let mut entries = shared.entries();
+    let mut batch = Vec::new();
+    let mut next: Option<Instant> = None;
+    entries.retain(|&id, e| {
+        if !e.watch.lease.is_valid() {
+            e.watch.lease.declare_lost();
+            return false;
+        }
+        if e.watch.stop_at.is_some_and(|stop| e.due >= stop) {
+            // Capped: let the lease run out; the guard reports the loss at its deadline.
+            return false;
+        }
+        if e.due <= now + e.watch.period / 2 {
+            batch.push(Due {
+                id,
+                algorithm: e.watch.algorithm,
+                key: e.watch.key.clone(),
+                owner: e.watch.owner.clone(),
+                ttl_ms: e.watch.ttl_ms,
+            });
+            // Not again until this attempt's outcome sets a new due time.
+            e.due = now + e.watch.period;
+        } else {
+            next = Some(next.map_or(e.due, |n| n.min(e.due)));
+        }
+        true
+    });
+    (batch, next)
+}
+
+fn dedup(mut algorithms: Vec<&'static Algorithm>) -> Vec<&'static Algorithm> {
+    algorithms.sort_by_key(|a| *a as *const Algorithm as usize);
+    algorithms.dedup_by_key(|a| *a as *const Algorithm as usize);
+    algorithms
+}
