@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms | `{1, fence}` / `{0, holder ms}` / `{-1, type}` |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` |
 //! | release | lock, wake-up channel | owner            | `1` released / `0` not ours                |
 //! | extend  | lock                  | owner, ttl in ms | `1` renewed / `0` not ours                 |
 
@@ -52,12 +52,17 @@ pub(crate) enum Attempt {
 impl Algorithm {
     /// One acquire attempt. `redis::Script` sends `EVALSHA` and falls back to `EVAL` when the
     /// server has lost the script (a restart, `SCRIPT FLUSH`), so a restarted server just works.
+    /// `unsure`: an earlier attempt with this owner may have succeeded unseen, so the script
+    /// must accept a lock already held by `owner`. `want_holder_ttl`: report how long a busy
+    /// lock's holder has left (a waiter that learnt it recently can spare the server the call).
     pub(crate) async fn try_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LockKey,
         owner: &str,
         ttl_ms: u64,
+        unsure: bool,
+        want_holder_ttl: bool,
     ) -> Result<Attempt, Error> {
         let reply: Value = self
             .acquire
@@ -65,6 +70,8 @@ impl Algorithm {
             .key(key.fence())
             .arg(owner)
             .arg(ttl_ms)
+            .arg(if unsure { "1" } else { "0" })
+            .arg(if want_holder_ttl { "1" } else { "0" })
             .invoke_async(conn)
             .await
             .map_err(|e| script_error(Op::Acquire, key, e))?;

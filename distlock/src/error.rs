@@ -106,7 +106,7 @@ pub enum Error {
 
     /// The key holds a value that is not one of this library's locks (another type, or a plain
     /// string without expiry). It was left untouched.
-    #[error("key for lock `{key}` holds a {found}, not a lock; it was left untouched (choose another name or prefix)")]
+    #[error("a key of lock `{key}` holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)")]
     WrongType {
         /// The lock's name.
         key: String,

@@ -125,9 +125,9 @@ impl<'c> LockRequest<'c> {
         let deadline = started.checked_add(wait);
         let mut conn = inner.conn.clone();
         let mut waiter = Waiter::new(&inner.notifier, key.channel());
-        // Tasks of this process already queued for the lock go first.
+        // Tasks of this process already waiting for the lock go first.
         if !wait.is_zero() {
-            waiter.queue_behind_local_waiters(wait).await;
+            waiter.arrive(wait).await;
         }
         let mut attempts = 0u32;
         // Set once a request may have reached the server without its answer reaching us.
@@ -135,31 +135,41 @@ impl<'c> LockRequest<'c> {
         loop {
             attempts += 1;
             let sent = Instant::now();
-            let (error, holder_ttl) =
-                match algorithm.try_acquire(&mut conn, &key, &owner, ttl_ms).await {
-                    Ok(Attempt::Acquired { fence }) => {
-                        let state = Arc::new(LeaseState::new(lease::valid_until(sent, ttl)));
-                        if state.is_valid() {
-                            return Ok(grant
-                                .guard(key, owner, context, fence, sent, ttl_ms, period, state));
-                        }
-                        // The answer came so late that the lease is already spent: give it back
-                        // and carry on as if the lock were busy.
-                        spawn_release(client, algorithm, key.clone(), owner.clone());
-                        (None, None)
+            let (error, holder_ttl) = match algorithm
+                .try_acquire(
+                    &mut conn,
+                    &key,
+                    &owner,
+                    ttl_ms,
+                    unsure,
+                    !waiter.knows_holder(),
+                )
+                .await
+            {
+                Ok(Attempt::Acquired { fence }) => {
+                    let state = Arc::new(LeaseState::new(lease::valid_until(sent, ttl)));
+                    if state.is_valid() {
+                        return Ok(
+                            grant.guard(key, owner, context, fence, sent, ttl_ms, period, state)
+                        );
                     }
-                    Ok(Attempt::Busy { holder_ttl }) => (None, holder_ttl),
-                    Err(Error::Redis { source, op, key: k }) if is_transient(&source) => {
-                        unsure = true;
-                        (Some(Error::Redis { source, op, key: k }), None)
+                    // The answer came so late that the lease is already spent: give it back
+                    // and carry on as if the lock were busy.
+                    spawn_release(client, algorithm, key.clone(), owner.clone());
+                    (None, None)
+                }
+                Ok(Attempt::Busy { holder_ttl }) => (None, holder_ttl),
+                Err(Error::Redis { source, op, key: k }) if is_transient(&source) => {
+                    unsure = true;
+                    (Some(Error::Redis { source, op, key: k }), None)
+                }
+                Err(e) => {
+                    if unsure {
+                        spawn_release(client, algorithm, key, owner);
                     }
-                    Err(e) => {
-                        if unsure {
-                            spawn_release(client, algorithm, key, owner);
-                        }
-                        return Err(e);
-                    }
-                };
+                    return Err(e);
+                }
+            };
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });

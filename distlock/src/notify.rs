@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
@@ -32,6 +32,47 @@ struct Channel {
     waiters: AtomicUsize,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; true while subscribed.
     subscribed: tokio::sync::Mutex<bool>,
+    /// When the current holder's lease ends at the latest, as last seen by a local waiter:
+    /// bounds the sleep of waiters that queue without asking the server.
+    holder_until: Mutex<Option<Instant>>,
+    /// Local first attempts in flight.
+    attempting: AtomicUsize,
+}
+
+impl Channel {
+    fn new() -> Arc<Channel> {
+        Arc::new(Channel {
+            released: Notify::new(),
+            waiters: AtomicUsize::new(0),
+            subscribed: tokio::sync::Mutex::new(false),
+            holder_until: Mutex::new(None),
+            attempting: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// What a task arriving at a lock should do first; see [`Channels::arrive`].
+pub(crate) enum Arrival {
+    /// Attempt at once; the attempt counts as in flight while this lives.
+    Attempt(InFlight),
+    /// Queue behind this process's other tasks.
+    Queue { holder_until: Option<Instant> },
+}
+
+/// A local first attempt in flight.
+pub(crate) struct InFlight {
+    channel: Vec<u8>,
+    ch: Arc<Channel>,
+    channels: Weak<Channels>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.ch.attempting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(channels) = self.channels.upgrade() {
+            channels.forget_if_idle(&self.channel, &self.ch);
+        }
+    }
 }
 
 impl Channels {
@@ -58,12 +99,41 @@ impl Channels {
         }
     }
 
-    /// True when tasks of this process already wait on `channel`: a newcomer then queues
-    /// behind them instead of racing them.
-    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
-        self.lock()
-            .get(channel)
-            .is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
+    /// Called before a task's first attempt at a lock. If other tasks of this process are
+    /// already attempting or waiting, the newcomer should queue behind them (returns
+    /// [`Arrival::Queue`] with when the holder's lease ends at the latest, if known), instead
+    /// of racing them: a task that just released would otherwise win again at once, and a
+    /// crowd arriving together would all hit Redis. Otherwise the caller attempts, marked as
+    /// in flight until the returned [`Arrival::Attempt`] is dropped.
+    pub(crate) fn arrive(self: &Arc<Self>, channel: &[u8]) -> Arrival {
+        let mut map = self.lock();
+        let ch = map
+            .entry(channel.to_vec())
+            .or_insert_with(Channel::new)
+            .clone();
+        if ch.waiters.load(Ordering::Acquire) > 0 || ch.attempting.load(Ordering::Acquire) > 0 {
+            let until = *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner());
+            return Arrival::Queue {
+                holder_until: until.filter(|&t| t > Instant::now()),
+            };
+        }
+        ch.attempting.fetch_add(1, Ordering::AcqRel);
+        Arrival::Attempt(InFlight {
+            channel: channel.to_vec(),
+            ch,
+            channels: Arc::downgrade(self),
+        })
+    }
+
+    /// Drops the channel's entry if nobody uses it any more.
+    fn forget_if_idle(&self, channel: &[u8], ch: &Arc<Channel>) {
+        let mut map = self.lock();
+        let idle = ch.waiters.load(Ordering::Acquire) == 0
+            && ch.attempting.load(Ordering::Acquire) == 0
+            && ch.subscribed.try_lock().is_ok_and(|s| !*s);
+        if idle && map.get(channel).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+            map.remove(channel);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Arc<Channel>>> {
@@ -82,25 +152,25 @@ impl Notifier {
         Notifier { channels, conn }
     }
 
-    pub(crate) fn channels(&self) -> &Channels {
+    pub(crate) fn channels(&self) -> &Arc<Channels> {
         &self.channels
     }
 
     /// Joins the queue of `channel`, subscribing the connection if this is its first waiter.
     /// The subscription is confirmed before this returns, so a release published afterwards
-    /// cannot be missed; the caller must re-check the lock once before sleeping.
-    pub(crate) async fn subscribe(&self, channel: &[u8]) -> redis::RedisResult<Subscription> {
+    /// cannot be missed. Returns whether this call sent the SUBSCRIBE: that caller must
+    /// re-check the lock once before sleeping, since a release just before the subscription
+    /// reached nobody. Later joiners need not: such a release was either heard by this
+    /// process or preceded the first joiner's re-check.
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &[u8],
+    ) -> redis::RedisResult<(Subscription, bool)> {
         let ch = {
             let mut map = self.channels.lock();
             let ch = map
                 .entry(channel.to_vec())
-                .or_insert_with(|| {
-                    Arc::new(Channel {
-                        released: Notify::new(),
-                        waiters: AtomicUsize::new(0),
-                        subscribed: tokio::sync::Mutex::new(false),
-                    })
-                })
+                .or_insert_with(Channel::new)
                 .clone();
             ch.waiters.fetch_add(1, Ordering::AcqRel);
             ch
@@ -112,11 +182,12 @@ impl Notifier {
             conn: self.conn.clone(),
         };
         let mut subscribed = ch.subscribed.lock().await;
-        if !*subscribed {
-            self.conn.clone().subscribe(channel).await?;
-            *subscribed = true;
+        if *subscribed {
+            return Ok((subscription, false));
         }
-        Ok(subscription)
+        self.conn.clone().subscribe(channel).await?;
+        *subscribed = true;
+        Ok((subscription, true))
     }
 }
 
@@ -129,9 +200,29 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Sleeps until a release is published or `fallback` passes.
-    pub(crate) async fn released(&self, fallback: Duration) {
-        let _ = tokio::time::timeout(fallback, self.ch.released.notified()).await;
+    /// Records how long the holder's lease has left, for waiters queueing after us.
+    pub(crate) fn holder_seen(&self, remaining: Duration) {
+        *self
+            .ch
+            .holder_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + remaining);
+    }
+
+    /// When the holder's lease ends at the latest, as last seen by any local waiter.
+    pub(crate) fn holder_until(&self) -> Option<Instant> {
+        *self
+            .ch
+            .holder_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sleeps until a release is published (true) or `fallback` passes (false).
+    pub(crate) async fn released(&self, fallback: Duration) -> bool {
+        tokio::time::timeout(fallback, self.ch.released.notified())
+            .await
+            .is_ok()
     }
 }
 
@@ -158,11 +249,9 @@ impl Drop for Subscription {
             if *subscribed && conn.unsubscribe(&channel).await.is_ok() {
                 *subscribed = false;
             }
+            drop(subscribed);
             if let Some(channels) = channels.upgrade() {
-                let mut map = channels.lock();
-                if ch.waiters.load(Ordering::Acquire) == 0 && !*subscribed {
-                    map.remove(&channel);
-                }
+                channels.forget_if_idle(&channel, &ch);
             }
         });
     }

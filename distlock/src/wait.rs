@@ -6,11 +6,11 @@
 //! at the latest, so a lost message costs at most that, never a stall. If subscribing fails
 //! (the connection is down), the waiter falls back to jittered exponential backoff.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::notify::{Notifier, Subscription};
+use crate::notify::{Arrival, InFlight, Notifier, Subscription};
 
 /// First pause of the fallback backoff, used while no subscription is possible.
 const FIRST_PAUSE: Duration = Duration::from_millis(2);
@@ -24,6 +24,8 @@ pub(crate) struct Waiter<'a> {
     notifier: &'a Notifier,
     channel: Vec<u8>,
     subscription: Option<Subscription>,
+    /// Marks this caller's first attempt as in flight, so local newcomers queue behind it.
+    in_flight: Option<InFlight>,
     backoffs: u32,
 }
 
@@ -33,24 +35,38 @@ impl<'a> Waiter<'a> {
             notifier,
             channel,
             subscription: None,
+            in_flight: None,
             backoffs: 0,
         }
     }
 
-    /// If tasks of this process already wait for the lock, joins the queue behind them before
-    /// the first attempt: otherwise a task that just released would win again at once (its
-    /// attempt needs no wake-up) and starve the others.
-    pub(crate) async fn queue_behind_local_waiters(&mut self, left: Duration) {
-        if self.notifier.channels().has_waiters(&self.channel) {
-            if let Ok(sub) = self.notifier.subscribe(&self.channel).await {
-                sub.released(UNKNOWN_HOLDER.min(left)).await;
-                self.subscription = Some(sub);
+    /// Before the first attempt: if tasks of this process already attempt or wait for the
+    /// lock, queue behind them. Otherwise a task that just released would win again at once
+    /// (its attempt needs no wake-up) and starve the others, and a crowd arriving together
+    /// would all strike Redis for one winner.
+    pub(crate) async fn arrive(&mut self, left: Duration) {
+        match self.notifier.channels().arrive(&self.channel) {
+            Arrival::Attempt(in_flight) => self.in_flight = Some(in_flight),
+            Arrival::Queue { holder_until } => {
+                let cap = holder_until.map_or(UNKNOWN_HOLDER, |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+                self.sleep_subscribed(cap, false, left).await;
             }
         }
     }
 
+    /// True when a local waiter saw the holder's lease recently enough that its end is still
+    /// ahead: the next attempt need not ask for it.
+    pub(crate) fn knows_holder(&self) -> bool {
+        self.subscription
+            .as_ref()
+            .and_then(Subscription::holder_until)
+            .is_some_and(|t| t > Instant::now())
+    }
+
     /// Waits before the next attempt, never past `left` (the caller's remaining wait).
-    /// `failed` says the last attempt failed to reach Redis (so no release will be heard).
+    /// `failed` says the last attempt did not reach Redis (so no release will be heard).
     pub(crate) async fn pause(
         &mut self,
         holder_ttl: Option<Duration>,
@@ -58,23 +74,16 @@ impl<'a> Waiter<'a> {
         left: Duration,
     ) {
         if !failed {
-            match &self.subscription {
-                Some(sub) => {
-                    // +1 ms: PTTL rounds down, and the key must be gone when we retry.
-                    let cap = holder_ttl.map_or(UNKNOWN_HOLDER, |t| t + Duration::from_millis(1));
-                    sub.released(cap.min(left)).await;
-                    return;
-                }
-                None => {
-                    if let Ok(sub) = self.notifier.subscribe(&self.channel).await {
-                        // Subscribed now; a release between the last attempt and the
-                        // subscription was not heard, so try again at once.
-                        self.subscription = Some(sub);
-                        return;
-                    }
-                }
+            // +1 ms: PTTL rounds down, and the key must be gone when we retry.
+            let cap = match holder_ttl {
+                Some(t) => t + Duration::from_millis(1),
+                None => self.known_holder_left().unwrap_or(UNKNOWN_HOLDER),
+            };
+            if self.sleep_subscribed(cap, holder_ttl.is_some(), left).await {
+                return;
             }
         }
+        self.in_flight = None;
         let step = FIRST_PAUSE
             .saturating_mul(1 << self.backoffs.min(5))
             .min(MAX_PAUSE);
@@ -84,5 +93,56 @@ impl<'a> Waiter<'a> {
             pause = pause.min(ttl + Duration::from_millis(1));
         }
         tokio::time::sleep(pause.min(left)).await;
+    }
+
+    fn known_holder_left(&self) -> Option<Duration> {
+        let until = self.subscription.as_ref()?.holder_until()?;
+        until.checked_duration_since(Instant::now())
+    }
+
+    /// Sleeps until a release is heard or `cap` passes, subscribing first if needed. Returns
+    /// false when no subscription could be made (the caller then backs off instead).
+    async fn sleep_subscribed(
+        &mut self,
+        cap: Duration,
+        holder_known: bool,
+        left: Duration,
+    ) -> bool {
+        let sub = match self.subscription.take() {
+            Some(sub) => sub,
+            None => match self.notifier.subscribe(&self.channel).await {
+                Ok((sub, first)) => {
+                    self.in_flight = None;
+                    if first {
+                        // Whoever subscribes the connection retries at once: a release
+                        // between the last attempt and the subscription reached nobody.
+                        self.subscription = Some(sub);
+                        return true;
+                    }
+                    sub
+                }
+                Err(_) => return false,
+            },
+        };
+        if holder_known {
+            sub.holder_seen(cap);
+        }
+        let deadline = Instant::now() + cap.min(left);
+        let end = Instant::now() + left;
+        let mut until = deadline;
+        // Sleep until woken, or until the holder's lease must have ended. Another local
+        // waiter may learn a later end meanwhile (a queued newcomer starts from a guess):
+        // then keep sleeping rather than strike Redis for nothing.
+        while !sub
+            .released(until.saturating_duration_since(Instant::now()))
+            .await
+        {
+            match sub.holder_until() {
+                Some(later) if later > until && later < end => until = later,
+                _ => break,
+            }
+        }
+        self.subscription = Some(sub);
+        true
     }
 }

@@ -96,7 +96,11 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
     for (name, key, found) in [
         ("user:1", "distlock:{user:1}", "hash"),
         ("plain", "distlock:{plain}", "string without expiry"),
-        ("fenced", "distlock:{fenced}:fence", "another type"),
+        (
+            "fenced",
+            "distlock:{fenced}:fence",
+            "list at its fencing counter",
+        ),
     ] {
         let dump = |mut c: redis::aio::MultiplexedConnection| async move {
             let d: Vec<u8> = redis::cmd("DUMP")

@@ -1,23 +1,13 @@
 //! The `setnx` lock against real redis-server processes.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Error, LockContext};
+mod common;
+
+use common::{as_other_owner, assert_safe, client, lock_key, run_contenders, spawn_holder};
+use distlock::Error;
 use distlock_testkit::{wait_until_async, Observer, RedisServer};
 use redis::AsyncCommands;
-
-const CONTENDER: &str = env!("CARGO_BIN_EXE_contender");
-
-async fn client(server: &RedisServer) -> Client {
-    Client::connect(&server.url()).await.expect("connect")
-}
-
-/// The raw key a lock named `name` lives at with the default prefix.
-fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
-}
 
 async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     conn.pttl(key).await.expect("PTTL")
@@ -32,11 +22,6 @@ async fn until_expired(conn: &redis::aio::MultiplexedConnection, key: &str) {
     })
     .await;
     assert!(gone, "{key} did not expire");
-}
-
-/// Runs `f` as an owner distinct from the calling task.
-async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
-    LockContext::new().scope(f).await
 }
 
 #[tokio::test]
@@ -226,34 +211,18 @@ async fn mutual_exclusion_across_processes() {
     const TARGET: u64 = 2_000;
     let server = RedisServer::start();
     let observer_server = RedisServer::start();
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            Command::new(CONTENDER)
-                .args([
-                    "mutex",
-                    &server.url(),
-                    &observer_server.url(),
-                    "mx",
-                    "4",
-                    &TARGET.to_string(),
-                ])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn contender")
-        })
-        .collect();
-    let mut per_process = Vec::new();
-    for child in children {
-        let out = child.wait_with_output().expect("contender finishes");
-        assert!(out.status.success(), "contender failed: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let n: u64 = text
-            .trim()
-            .strip_prefix("DONE ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected contender output {text:?}"));
-        per_process.push(n);
-    }
+    let per_process = run_contenders(
+        2,
+        &[
+            "mutex",
+            "setnx",
+            &server.url(),
+            &observer_server.url(),
+            "mx",
+            "4",
+            &TARGET.to_string(),
+        ],
+    );
     let observer = Observer::connect(&observer_server.url(), "mx").await;
     let total: u64 = per_process.iter().sum();
     assert!(total >= TARGET, "only {total} critical sections ran");
@@ -261,13 +230,7 @@ async fn mutual_exclusion_across_processes() {
         per_process.iter().all(|&n| n > 0),
         "every process got the lock: {per_process:?}"
     );
-    assert_eq!(observer.violations().await, 0, "two holders at once");
-    assert_eq!(observer.max_occupancy().await, 1);
-    assert_eq!(
-        observer.counter().await,
-        observer.acked().await,
-        "lost updates"
-    );
+    assert_safe(&observer).await;
 }
 
 /// The probe itself can fail: without a lock, overlapping sections are seen and counted.
@@ -300,16 +263,7 @@ async fn killed_holder_frees_the_lock_after_its_ttl_not_before() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let mut raw = server.async_connection().await;
-    let mut holder = Command::new(CONTENDER)
-        .args(["hold", &server.url(), "crash", "1500"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read holder output");
-    assert!(line.starts_with("HELD "), "holder said {line:?}");
+    let (mut holder, _) = spawn_holder("setnx", &server.url(), "crash", 1500);
     holder.kill().expect("SIGKILL the holder");
     holder.wait().expect("reap holder");
 

@@ -1,14 +1,17 @@
 //! A lock user in its own OS process, for the multi-process tests.
 //!
 //! ```text
-//! contender mutex URL OBSERVER_URL NAME TASKS TARGET   # contend until the observer counts TARGET sections
-//! contender hold URL NAME TTL_MS                       # take the lock, print HELD <token>, wait to be killed
+//! contender mutex KIND URL OBSERVER NAME TASKS TARGET  # contend until the observer counts TARGET sections
+//! contender herd KIND URL OBSERVER NAME WAITERS HOLD_MS  # WAITERS tasks each take the lock once
+//! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
 //! ```
+//! KIND is `setnx` or `reentrant`. Every critical section enters the observer's occupancy
+//! probe, bumps its non-atomic counter and presents its fencing token to its fence.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use distlock::Client;
+use distlock::{Client, Guard, LockRequest};
 use distlock_testkit::Observer;
 
 /// A process gives up after this long even if the target was not reached, so a broken lock
@@ -20,48 +23,78 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
-        ["mutex", url, observer, name, tasks, target] => {
-            let tasks = tasks.parse().expect("TASKS is a number");
-            let target = target.parse().expect("TARGET is a number");
-            mutex(url, observer, name, tasks, target).await;
-        }
-        ["hold", url, name, ttl_ms] => {
-            hold(
-                url,
-                name,
-                Duration::from_millis(ttl_ms.parse().expect("TTL_MS is a number")),
+        ["mutex", kind, url, observer, name, tasks, target] => {
+            let locks = connect(url).await;
+            let observer = Observer::connect(observer, name).await;
+            mutex(
+                &locks,
+                kind,
+                &observer,
+                number(tasks),
+                number(target) as u64,
             )
-            .await
+            .await;
+        }
+        ["herd", kind, url, observer, name, waiters, hold_ms] => {
+            let locks = connect(url).await;
+            let observer = Observer::connect(observer, name).await;
+            let hold = Duration::from_millis(number(hold_ms) as u64);
+            herd(&locks, kind, &observer, number(waiters), hold).await;
+        }
+        ["hold", kind, url, name, ttl_ms] => {
+            let locks = connect(url).await;
+            let ttl = Duration::from_millis(number(ttl_ms) as u64);
+            hold(&locks, kind, name, ttl).await;
         }
         _ => {
-            eprintln!("usage: contender mutex URL OBSERVER NAME TASKS TARGET | contender hold URL NAME TTL_MS");
+            eprintln!("usage: see the doc comment of tests/src/bin/contender.rs");
             std::process::exit(2);
         }
     }
 }
 
-async fn mutex(url: &str, observer: &str, name: &str, tasks: usize, target: u64) {
-    let client = Client::connect(url)
+fn number(s: &str) -> usize {
+    s.parse()
+        .unwrap_or_else(|_| panic!("{s:?} is not a number"))
+}
+
+async fn connect(url: &str) -> Client {
+    Client::connect(url)
         .await
-        .expect("connect to the lock server");
-    let observer = Observer::connect(observer, name).await;
+        .expect("connect to the lock server")
+}
+
+fn request<'c>(locks: &'c Client, kind: &str, name: &str) -> LockRequest<'c> {
+    match kind {
+        "setnx" => locks.lock(name),
+        "reentrant" => locks.reentrant(name),
+        other => panic!("unknown lock kind {other:?}"),
+    }
+}
+
+/// One critical section, checked by the observer.
+async fn section(observer: &Observer, guard: &Guard, pause: Duration) {
+    observer.enter().await;
+    observer.fence(guard.fencing_token()).await;
+    observer.bump(pause).await;
+    observer.exit().await;
+}
+
+async fn mutex(locks: &Client, kind: &str, observer: &Observer, tasks: usize, target: u64) {
     let started = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let (client, observer, name) = (client.clone(), observer.clone(), name.to_owned());
+        let (locks, observer, kind) = (locks.clone(), observer.clone(), kind.to_owned());
         handles.push(tokio::spawn(async move {
             let mut sections = 0u64;
             while observer.acked().await < target && started.elapsed() < MAX_RUN {
-                let guard = client
-                    .lock(&name)
+                let guard = request(&locks, &kind, observer.name())
                     .ttl(Duration::from_secs(5))
                     .wait(Duration::from_secs(30))
                     .acquire()
                     .await
                     .expect("acquire within the wait");
-                observer.enter().await;
-                observer.bump(Duration::from_micros(100)).await;
-                observer.exit().await;
+                section(&observer, &guard, Duration::from_micros(100)).await;
                 guard.release().await.expect("release a held lock");
                 sections += 1;
             }
@@ -75,12 +108,28 @@ async fn mutex(url: &str, observer: &str, name: &str, tasks: usize, target: u64)
     println!("DONE {total}");
 }
 
-async fn hold(url: &str, name: &str, ttl: Duration) {
-    let client = Client::connect(url)
-        .await
-        .expect("connect to the lock server");
-    let guard = client
-        .lock(name)
+async fn herd(locks: &Client, kind: &str, observer: &Observer, waiters: usize, hold: Duration) {
+    let mut handles = Vec::new();
+    for _ in 0..waiters {
+        let (locks, observer, kind) = (locks.clone(), observer.clone(), kind.to_owned());
+        handles.push(tokio::spawn(async move {
+            let guard = request(&locks, &kind, observer.name())
+                .wait(MAX_RUN)
+                .acquire()
+                .await
+                .expect("every waiter is served within the wait");
+            section(&observer, &guard, hold).await;
+            guard.release().await.expect("release a held lock");
+        }));
+    }
+    for h in handles {
+        h.await.expect("herd task");
+    }
+    println!("DONE {waiters}");
+}
+
+async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {
+    let guard = request(locks, kind, name)
         .ttl(ttl)
         .try_acquire()
         .await

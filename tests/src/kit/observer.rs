@@ -19,6 +19,18 @@ end
 return occupancy
 ";
 
+/// Accepts a holder's fencing token only if it is larger than every one seen before (what a
+/// fenced resource does), counting the refusals.
+const FENCE_SCRIPT: &str = r"
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) <= last then
+  redis.call('INCR', KEYS[2])
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+";
+
 /// Records what the holders of a distributed lock actually did, in a Redis
 /// server that is *not* one of the lock's nodes and never receives faults.
 ///
@@ -28,7 +40,7 @@ return occupancy
 /// Afterwards a test asserts `violations() == 0` and `counter() == acked()`.
 ///
 /// Keys used on the observer server: `occ:<name>`, `violations:<name>`,
-/// `max:<name>`, `counter:<name>`, `acked:<name>`.
+/// `max:<name>`, `counter:<name>`, `acked:<name>`, `fence:<name>`, `stale:<name>`.
 ///
 /// Methods panic (with the observer's name and address) if the observer
 /// server cannot be reached: it is test infrastructure, not the system under test.
@@ -38,6 +50,7 @@ pub struct Observer {
     name: String,
     url: String,
     enter_script: Script,
+    fence_script: Script,
 }
 
 impl std::fmt::Debug for Observer {
@@ -74,6 +87,7 @@ impl Observer {
             name: name.to_owned(),
             url: url.to_owned(),
             enter_script: Script::new(ENTER_SCRIPT),
+            fence_script: Script::new(FENCE_SCRIPT),
         })
     }
 
@@ -122,6 +136,24 @@ impl Observer {
         self.check::<()>("bump INCR acked", conn.incr(self.key("acked"), 1).await);
     }
 
+    /// Presents a fencing token as a fenced resource would see it: accepted (true) only if it
+    /// is larger than every token presented before under this name.
+    pub async fn fence(&self, token: u64) -> bool {
+        let result: RedisResult<i64> = self
+            .fence_script
+            .key(self.key("fence"))
+            .key(self.key("stale"))
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        self.check("fence", result) == 1
+    }
+
+    /// Fencing tokens refused by [`fence`](Self::fence) for not being larger than the last.
+    pub async fn stale_tokens(&self) -> u64 {
+        self.read("stale").await
+    }
+
     /// Number of `enter` calls that found someone else already inside.
     pub async fn violations(&self) -> u64 {
         self.read("violations").await
@@ -150,7 +182,16 @@ impl Observer {
 
     /// Deletes all of this observer's keys.
     pub async fn reset(&self) {
-        let keys = ["occ", "violations", "max", "counter", "acked"].map(|k| self.key(k));
+        let keys = [
+            "occ",
+            "violations",
+            "max",
+            "counter",
+            "acked",
+            "fence",
+            "stale",
+        ]
+        .map(|k| self.key(k));
         let result = self.conn.clone().del(&keys).await;
         self.check::<()>("reset", result);
     }

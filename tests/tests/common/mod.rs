@@ -1,0 +1,86 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use distlock::{Client, LockContext};
+use distlock_testkit::{Observer, RedisServer};
+
+pub const CONTENDER: &str = env!("CARGO_BIN_EXE_contender");
+
+pub async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).await.expect("connect")
+}
+
+/// The raw key a lock named `name` lives at with the default prefix.
+pub fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+/// Runs `f` as an owner distinct from the calling task.
+pub async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
+    LockContext::new().scope(f).await
+}
+
+/// Starts `processes` contender processes with the same arguments and returns the count each
+/// printed after `DONE`.
+pub fn run_contenders(processes: usize, args: &[&str]) -> Vec<u64> {
+    let children: Vec<Child> = (0..processes)
+        .map(|_| {
+            Command::new(CONTENDER)
+                .args(args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn contender")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().expect("contender finishes");
+            assert!(out.status.success(), "contender failed: {out:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.trim()
+                .strip_prefix("DONE ")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("unexpected contender output {text:?}"))
+        })
+        .collect()
+}
+
+/// Starts a contender that takes the lock and holds it until killed; returns the process and
+/// the fencing token it printed.
+pub fn spawn_holder(kind: &str, url: &str, name: &str, ttl_ms: u64) -> (Child, u64) {
+    let mut holder = Command::new(CONTENDER)
+        .args(["hold", kind, url, name, &ttl_ms.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn holder");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read holder output");
+    let token = line
+        .trim()
+        .strip_prefix("HELD ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("holder said {line:?}"));
+    (holder, token)
+}
+
+/// The safety checks every contention test ends with.
+pub async fn assert_safe(observer: &Observer) {
+    assert_eq!(observer.violations().await, 0, "two holders at once");
+    assert_eq!(observer.max_occupancy().await, 1);
+    assert_eq!(
+        observer.counter().await,
+        observer.acked().await,
+        "lost updates"
+    );
+    assert_eq!(
+        observer.stale_tokens().await,
+        0,
+        "a fencing token did not increase"
+    );
+}

@@ -1,0 +1,119 @@
+//! Wake-up on release: waiters are woken by the release, not by polling or the ttl.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{as_other_owner, assert_safe, client, run_contenders};
+use distlock_testkit::{wait_until_async, Observer, RedisServer};
+
+/// Every command the lock server executed, less the INFO calls that read them. This counts
+/// the commands our scripts run inside Redis too (SET, PTTL, PUBLISH, ...), not only the
+/// requests clients sent: it is the work the server did.
+fn commands(server: &RedisServer) -> u64 {
+    let mut stats = server.commandstats();
+    stats.remove("info");
+    stats.values().sum()
+}
+
+async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut server.async_connection().await)
+        .await
+        .map(|v: Vec<(String, i64)>| v.into_iter().next().expect("one channel"))
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_long_before_the_holders_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_secs(30);
+    let held = locks
+        .lock("wake")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(as_other_owner(async move {
+            let g = locks
+                .lock("wake")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await?;
+            let at = Instant::now();
+            g.release().await.map(|()| at)
+        }))
+    };
+    // The waiter is parked once it has subscribed to the lock's channel.
+    let parked = wait_until_async(Duration::from_secs(10), || async {
+        subscribers(&server, "distlock:{wake}:wake").await > 0
+    })
+    .await;
+    assert!(parked);
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let acquired = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    // Its fallback sleep is capped by the holder's remaining ttl (~30 s); only the release
+    // message can wake it this soon.
+    let handoff = acquired - released;
+    assert!(handoff < Duration::from_secs(10), "woken after {handoff:?}");
+    println!("hand-off {handoff:?}");
+}
+
+/// 200 waiters in 2 processes, each holding the lock for 20 ms: all are served, and the
+/// server sees few commands per acquisition (wake-ups, not a spin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_waiters_in_two_processes_are_all_served_with_few_commands() {
+    let server = RedisServer::start();
+    let observer_server = RedisServer::start();
+    let before = commands(&server);
+    let served = run_contenders(
+        2,
+        &[
+            "herd",
+            "setnx",
+            &server.url(),
+            &observer_server.url(),
+            "herd",
+            "100",
+            "20",
+        ],
+    );
+    let used = commands(&server) - before;
+    let stats = server.commandstats();
+    let requests: u64 = [
+        "evalsha",
+        "eval",
+        "subscribe",
+        "unsubscribe",
+        "hello",
+        "script|load",
+        "client|setinfo",
+    ]
+    .iter()
+    .map(|c| stats.get(*c).copied().unwrap_or(0))
+    .sum();
+    assert_eq!(served, vec![100, 100], "every waiter is served");
+    let observer = Observer::connect(&observer_server.url(), "herd").await;
+    assert_eq!(observer.acked().await, 200);
+    assert_safe(&observer).await;
+    let per_acquisition = used as f64 / 200.0;
+    println!(
+        "{used} server commands for 200 acquisitions: {per_acquisition:.2} each \
+         ({:.2} requests from clients, the rest run inside our scripts)",
+        requests as f64 / 200.0
+    );
+    assert!(
+        per_acquisition <= 10.0,
+        "{per_acquisition:.2} commands per acquisition"
+    );
+}

@@ -1,0 +1,215 @@
+//! The watchdog: renewal while held, never after release, and no lease lost silently.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{as_other_owner, client, lock_key};
+use distlock::{Client, Error};
+use distlock_testkit::RedisServer;
+use redis::AsyncCommands;
+
+/// Script calls the server has executed (acquire, renew and release all are scripts).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.commandstats();
+    stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
+}
+
+async fn pttl(server: &RedisServer, name: &str) -> i64 {
+    server
+        .async_connection()
+        .await
+        .pttl(lock_key(name))
+        .await
+        .expect("PTTL")
+}
+
+/// How long a test waits for an event that should come far sooner; only a broken watchdog
+/// reaches it, and then the test fails instead of hanging.
+const EVENT_LIMIT: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_alive_past_its_ttl() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let g = locks
+        .lock("long")
+        .ttl(Duration::from_millis(300))
+        .try_acquire()
+        .await
+        .expect("free");
+    // The work outlasts the ttl three times over.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(g.is_held());
+    assert!(pttl(&server, "long").await > 0, "renewed on the server");
+    let busy = as_other_owner(locks.lock("long").try_acquire())
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    g.release().await.expect("still ours");
+}
+
+#[tokio::test]
+async fn renewal_stops_the_moment_the_lock_is_released() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let before = script_calls(&server);
+    let g = locks
+        .reentrant("stop")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    tokio::time::sleep(ttl).await; // long enough for renewals to run
+    g.release().await.expect("release");
+    let after_release = script_calls(&server);
+    assert!(after_release - before > 2, "renewals ran while held");
+    assert_eq!(locks.renewing(), 0);
+    // Three ttls later nothing was renewed and the key is gone.
+    tokio::time::sleep(3 * ttl).await;
+    assert_eq!(pttl(&server, "stop").await, -2, "the key is absent");
+    assert_eq!(
+        script_calls(&server),
+        after_release,
+        "a renewal was sent after the release"
+    );
+}
+
+#[tokio::test]
+async fn a_key_deleted_behind_the_holders_back_is_reported_lost_by_the_next_renewal() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_secs(30);
+    let g = locks
+        .lock("deleted")
+        .ttl(ttl)
+        .renew_every(Duration::from_millis(100))
+        .try_acquire()
+        .await
+        .expect("free");
+    let _: () = server
+        .async_connection()
+        .await
+        .del(lock_key("deleted"))
+        .await
+        .expect("DEL");
+    let deleted = Instant::now();
+    let lost = tokio::time::timeout(EVENT_LIMIT, g.lost())
+        .await
+        .expect("loss reported");
+    let after = deleted.elapsed();
+    assert!(matches!(lost, Error::LeaseLost { .. }), "{lost}");
+    assert!(!g.is_held());
+    // The lease had 30 s left on the local clock: only the refused renewal can report it.
+    assert!(after < ttl, "reported after {after:?}");
+    println!("loss reported {after:?} after the delete (renewal period 100 ms)");
+}
+
+#[tokio::test]
+async fn a_paused_server_is_reported_lost_by_the_local_deadline_and_the_next_token_is_larger() {
+    let mut server = RedisServer::start();
+    let locks = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    let g = locks
+        .lock("paused")
+        .ttl(Duration::from_millis(600))
+        .try_acquire()
+        .await
+        .expect("free");
+    server.pause();
+    let deadline = Instant::now() + g.remaining();
+    let lost = tokio::time::timeout(EVENT_LIMIT, g.lost())
+        .await
+        .expect("loss reported");
+    assert!(matches!(lost, Error::LeaseLost { .. }), "{lost}");
+    assert!(
+        server.is_paused(),
+        "reported while Redis was still frozen, not after"
+    );
+    tokio::time::sleep_until(deadline.into()).await;
+    assert!(
+        !g.is_held(),
+        "past the local deadline the guard never claims the lock"
+    );
+    server.resume();
+    let next = as_other_owner(locks.lock("paused").wait(Duration::from_secs(10)).acquire())
+        .await
+        .expect("the lock frees after the lapsed lease");
+    assert!(next.fencing_token() > g.fencing_token());
+    let err = g.release().await.unwrap_err();
+    assert!(matches!(err, Error::NotOwner { .. }), "{err}");
+    next.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn max_hold_caps_renewal() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let cap = Duration::from_millis(500);
+    let started = Instant::now();
+    let g = locks
+        .lock("capped")
+        .ttl(Duration::from_millis(200))
+        .max_hold(cap)
+        .try_acquire()
+        .await
+        .expect("free");
+    let lost = tokio::time::timeout(EVENT_LIMIT, g.lost())
+        .await
+        .expect("the lease ends");
+    assert!(matches!(lost, Error::LeaseLost { .. }), "{lost}");
+    assert!(
+        started.elapsed() >= cap,
+        "renewed until the cap, ended after it"
+    );
+    let free = as_other_owner(locks.lock("capped").wait(Duration::from_secs(5)).acquire()).await;
+    free.expect("free after the capped lease")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_held_locks_are_renewed_in_one_round_trip_per_tick() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_millis(900);
+    let mut guards = Vec::new();
+    for i in 0..1_000 {
+        guards.push(
+            locks
+                .lock(format!("many:{i}"))
+                .ttl(ttl)
+                .try_acquire()
+                .await
+                .expect("free"),
+        );
+    }
+    let trips_before = locks.renewal_round_trips();
+    let calls_before = script_calls(&server);
+    tokio::time::sleep(2 * ttl).await; // two ttls: every lease renewed several times
+    let trips = locks.renewal_round_trips() - trips_before;
+    let renewals = script_calls(&server) - calls_before;
+    assert!(
+        guards.iter().all(|g| g.is_held()),
+        "every lease stayed alive"
+    );
+    assert!(
+        renewals >= 2 * 1_000,
+        "each lease renewed at least twice: {renewals}"
+    );
+    // Per-lock timers would need one round trip per renewal; batching averages many.
+    assert!(
+        trips * 50 <= renewals,
+        "{trips} round trips for {renewals} renewals"
+    );
+    println!("{renewals} renewals in {trips} round trips");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+    assert_eq!(locks.renewing(), 0);
+}
