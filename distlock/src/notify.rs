@@ -1,6 +1,7 @@
 //! Wake-up on release: waiters sleep until a release is published instead of polling Redis.
 //!
-//! Every release script publishes on the lock's channel (`<lock key>:wake`, same slot). The
+//! Every release script publishes on the lock's channel (`<lock key>:wake`, same slot), with
+//! the payload `all` when every waiter should try (readers after a writer left). The
 //! client's one connection runs RESP3, so those messages arrive as push frames on the
 //! connection it already has, and redis-rs re-subscribes by itself after a reconnect.
 //!
@@ -18,6 +19,9 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
+
+/// The payload a release script publishes to wake every waiter instead of one.
+pub(crate) const WAKE_ALL: &[u8] = b"all";
 
 /// The waiters of one process, per channel.
 #[derive(Default)]
@@ -84,8 +88,17 @@ impl Channels {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
                     return;
                 };
-                if let Some(ch) = self.lock().get(channel.as_slice()) {
-                    ch.released.notify_one();
+                let Some(ch) = self.lock().get(channel.as_slice()).cloned() else {
+                    return;
+                };
+                // A release that frees the lock for many (a writer leaving a read/write lock
+                // lets every reader in) says so; any other wakes one waiter.
+                match push.data.get(1) {
+                    Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
+                        ch.released.notify_waiters();
+                        ch.released.notify_one();
+                    }
+                    _ => ch.released.notify_one(),
                 }
             }
             // Releases published while the connection was down are lost: let every waiter
