@@ -4,15 +4,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion};
-
 use crate::context::LockContext;
-use crate::error::{Error, Op};
+use crate::error::{Error, NodeError};
 use crate::key::{self, LockKey};
 use crate::lease::LeaseState;
 use crate::lock::LockRequest;
 use crate::notify::{Channels, Notifier};
+use crate::quorum::{Node, NodeSettings, Nodes};
 use crate::reentrant;
 use crate::setnx;
 use crate::watchdog::Watchdog;
@@ -27,6 +25,8 @@ pub const DEFAULT_PREFIX: &str = "distlock";
 /// Default longest lock name in bytes. Lock names are identifiers; a name this long is
 /// almost certainly a value pasted in by mistake (and every acquire would send it).
 pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
+/// Default time a restarted quorum node is kept out of quorums: the default ttl.
+pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
 /// share one multiplexed connection, which reconnects by itself after a failure.
@@ -51,8 +51,8 @@ pub struct Client {
 }
 
 pub(crate) struct Inner {
-    pub(crate) conn: ConnectionManager,
-    pub(crate) addr: String,
+    /// The servers: one, or the independent masters of a quorum.
+    pub(crate) nodes: Arc<Nodes>,
     pub(crate) prefix: String,
     pub(crate) max_key_len: usize,
     /// Random per client: distinguishes owners across processes in reentrant and read/write
@@ -97,7 +97,16 @@ type HeldByTask = HashMap<(Vec<u8>, LockContext), Arc<LeaseState>>;
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("addr", &self.inner.addr)
+            .field(
+                "nodes",
+                &self
+                    .inner
+                    .nodes
+                    .nodes
+                    .iter()
+                    .map(|n| &n.addr)
+                    .collect::<Vec<_>>(),
+            )
             .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
     }
@@ -112,13 +121,43 @@ impl Client {
 
     /// Starts configuring a client for one Redis node.
     pub fn builder(url: &str) -> ClientBuilder {
-        ClientBuilder {
-            url: url.to_owned(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            max_key_len: DEFAULT_MAX_KEY_LEN,
-        }
+        ClientBuilder::new(vec![url.to_owned()])
+    }
+
+    /// Connects to N >= 3 independent Redis masters and locks by majority (Redlock): every
+    /// lock is taken on all of them in parallel and held only while a majority (N/2 + 1)
+    /// granted it in time. Errors on a minority of nodes are tolerated.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::quorum([
+    ///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+    /// ])
+    /// .await?;
+    /// let guard = locks.lock("payout:7").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn quorum<I, S>(urls: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::quorum_builder(urls).connect().await
+    }
+
+    /// Starts configuring a quorum client; see [`Client::quorum`].
+    pub fn quorum_builder<I, S>(urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        ClientBuilder::new(urls.into_iter().map(|u| u.as_ref().to_owned()).collect())
+    }
+
+    /// True for a client over several independent masters (Redlock).
+    pub fn is_quorum(&self) -> bool {
+        self.inner.nodes.is_quorum()
     }
 
     /// An exclusive, non-reentrant lock (`SET NX PX` with a random owner token).
@@ -157,7 +196,9 @@ impl Client {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct ClientBuilder {
-    url: String,
+    urls: Vec<String>,
+    node_timeout: Option<Duration>,
+    restart_delay: Duration,
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -165,6 +206,35 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
+    fn new(urls: Vec<String>) -> Self {
+        ClientBuilder {
+            urls,
+            node_timeout: None,
+            restart_delay: DEFAULT_RESTART_DELAY,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            max_key_len: DEFAULT_MAX_KEY_LEN,
+        }
+    }
+
+    /// Quorum only: how long one node may take to answer inside a quorum operation (default:
+    /// the response timeout, at most 100 ms). A slow or frozen node then costs a lock no more
+    /// than this, and the majority decides without it.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Quorum only: how long a node whose server restarted (new `run_id`) is kept out of
+    /// every quorum (default 30 s, the default ttl). Set it to your longest ttl: a server that
+    /// restarted without its data forgot its locks, and until they have expired everywhere
+    /// else its vote could hand a held lock to a second owner. `Duration::ZERO` turns the
+    /// guard off.
+    pub fn restart_delay(mut self, delay: Duration) -> Self {
+        self.restart_delay = delay;
+        self
+    }
     /// Prefix of every key this client writes (default `"distlock"`; empty for none). It must
     /// not contain `{` or `}`, which Redis Cluster would take as the hash tag.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -190,7 +260,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Opens the connection. Fails within the connect timeout when no server answers.
+    /// Opens the connections. Fails within the connect timeout when no server answers (for a
+    /// quorum: when a majority does not).
     pub async fn connect(self) -> Result<Client, Error> {
         key::validate_prefix(&self.prefix)?;
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
@@ -198,64 +269,70 @@ impl ClientBuilder {
                 "connect and response timeouts must be above zero",
             ));
         }
-        let addr = redact(&self.url);
-        let bad_url =
-            |e: redis::RedisError| Error::config(format!("cannot use Redis URL `{addr}`: {e}"));
-        let info = self.url.as_str().into_connection_info().map_err(bad_url)?;
-        // RESP3 carries release notifications as push frames on this same connection.
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
+        let n = self.urls.len();
+        if n == 0 || n == 2 {
+            return Err(Error::config(format!(
+                "{n} Redis URLs given: use one node, or a quorum of at least 3 independent masters"
+            )));
+        }
+        let quorum = n / 2 + 1;
+        let settings = NodeSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            restart_guard: (n > 1 && !self.restart_delay.is_zero()).then_some(self.restart_delay),
+        };
         let channels = Arc::new(Channels::default());
-        let on_push = {
-            let channels = channels.clone();
-            move |push| {
-                channels.on_push(push);
-                Ok::<(), std::convert::Infallible>(())
+        let connecting = self
+            .urls
+            .iter()
+            .map(|url| Node::connect(url, &settings, channels.clone()));
+        let mut nodes = Vec::with_capacity(n);
+        let mut failures = Vec::new();
+        for result in futures_util::future::join_all(connecting).await {
+            match result {
+                Ok(node) => nodes.push(node),
+                Err(e) => failures.push(e),
             }
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_push_sender(on_push)
-            .set_automatic_resubscription()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let conn = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(source)) => return Err(connect_error(&addr, source)),
-            Err(_) => {
-                let timeout = std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {:?}", self.connect_timeout),
-                );
-                return Err(connect_error(&addr, timeout.into()));
+        }
+        if n == 1 {
+            if let Some(e) = failures.pop() {
+                return Err(e);
             }
-        };
+        } else if !failures.is_empty() {
+            // A quorum client needs every node's connection object, even a down node's, so it
+            // can count it back in once it returns; refuse rather than lock with fewer.
+            return Err(Error::QuorumNotReached {
+                key: "(connect)".into(),
+                acked: nodes.len(),
+                needed: n,
+                errors: failures
+                    .into_iter()
+                    .map(|e| NodeError {
+                        node: e.key().unwrap_or("?").to_owned(),
+                        reason: e.to_string(),
+                    })
+                    .collect(),
+            });
+        }
+        let node_timeout = self
+            .node_timeout
+            .unwrap_or_else(|| self.response_timeout.min(Duration::from_millis(100)));
+        let nodes = Arc::new(Nodes {
+            nodes,
+            quorum,
+            node_timeout,
+        });
         Ok(Client {
             inner: Arc::new(Inner {
-                addr,
                 prefix: self.prefix,
                 max_key_len: self.max_key_len,
                 id: crate::token::client_id(),
-                notifier: Notifier::new(channels, conn.clone()),
-                watchdog: Watchdog::start(conn.clone()),
-                conn,
+                notifier: Notifier::new(channels, nodes.clone()),
+                watchdog: Watchdog::start(nodes.clone()),
+                nodes,
                 held: Mutex::new(HashMap::new()),
             }),
         })
-    }
-}
-
-fn connect_error(addr: &str, source: redis::RedisError) -> Error {
-    Error::Redis {
-        op: Op::Connect,
-        key: Some(addr.to_owned()),
-        source,
     }
 }
 

@@ -138,10 +138,11 @@ impl Guard {
             return Err(self.lost_error());
         }
         let sent = Instant::now();
-        let mut conn = self.client.inner().conn.clone();
         let ours = self
-            .algorithm
-            .try_extend(&mut conn, &self.key, &self.owner, ttl_ms)
+            .client
+            .inner()
+            .nodes
+            .extend(self.algorithm, &self.key, &self.owner, ttl_ms)
             .await?;
         if ours && self.lease.renewed(sent, Duration::from_millis(ttl_ms)) {
             Ok(())
@@ -155,10 +156,11 @@ impl Guard {
     /// is then left alone: it may be someone else's now).
     pub async fn release(mut self) -> Result<(), Error> {
         self.unregister();
-        let mut conn = self.client.inner().conn.clone();
         let released = self
-            .algorithm
-            .try_release(&mut conn, &self.key, &self.owner)
+            .client
+            .inner()
+            .nodes
+            .release(self.algorithm, &self.key, &self.owner)
             .await?;
         if released {
             Ok(())
@@ -213,9 +215,9 @@ pub(crate) fn spawn_release(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let mut conn = client.inner().conn.clone();
+    let nodes = client.inner().nodes.clone();
     runtime.spawn(async move {
         // Nobody is left to report to; the ttl bounds the cost of a failure.
-        let _ = algorithm.try_release(&mut conn, &key, &owner).await;
+        let _ = nodes.release(algorithm, &key, &owner).await;
     });
 }

@@ -46,6 +46,7 @@ mod key;
 mod lease;
 mod lock;
 mod notify;
+mod quorum;
 mod reentrant;
 mod setnx;
 mod token;

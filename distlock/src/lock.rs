@@ -123,7 +123,6 @@ impl<'c> LockRequest<'c> {
         };
         let started = Instant::now();
         let deadline = started.checked_add(wait);
-        let mut conn = inner.conn.clone();
         let mut waiter = Waiter::new(&inner.notifier, key.channel());
         // Tasks of this process already waiting for the lock go first.
         if !wait.is_zero() {
@@ -135,15 +134,10 @@ impl<'c> LockRequest<'c> {
         loop {
             attempts += 1;
             let sent = Instant::now();
-            let (error, holder_ttl) = match algorithm
-                .try_acquire(
-                    &mut conn,
-                    &key,
-                    &owner,
-                    ttl_ms,
-                    unsure,
-                    !waiter.knows_holder(),
-                )
+            let want_holder_ttl = !waiter.knows_holder();
+            let (error, holder_ttl) = match inner
+                .nodes
+                .acquire(algorithm, &key, &owner, ttl_ms, unsure, want_holder_ttl)
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
@@ -159,9 +153,10 @@ impl<'c> LockRequest<'c> {
                     (None, None)
                 }
                 Ok(Attempt::Busy { holder_ttl }) => (None, holder_ttl),
-                Err(Error::Redis { source, op, key: k }) if is_transient(&source) => {
+                // The connection failed, or too few quorum nodes answered: maybe only for now.
+                Err(e) if transient(&e) => {
                     unsure = true;
-                    (Some(Error::Redis { source, op, key: k }), None)
+                    (Some(e), None)
                 }
                 Err(e) => {
                     if unsure {
@@ -191,6 +186,15 @@ impl<'c> LockRequest<'c> {
             }
             waiter.pause(holder_ttl, error.is_some(), left).await;
         }
+    }
+}
+
+/// A failure of the transport, not of the request: the same attempt may succeed later.
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Redis { source, .. } => is_transient(source),
+        Error::QuorumNotReached { .. } => true,
+        _ => false,
     }
 }
 

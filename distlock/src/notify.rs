@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
+
+use crate::quorum::Nodes;
 
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
@@ -34,8 +35,8 @@ struct Channel {
     released: Notify,
     /// Live subscriptions of this process to the channel.
     waiters: AtomicUsize,
-    /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; true while subscribed.
-    subscribed: tokio::sync::Mutex<bool>,
+    /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; the node subscribed on, if any.
+    subscribed: tokio::sync::Mutex<Option<usize>>,
     /// When the current holder's lease ends at the latest, as last seen by a local waiter:
     /// bounds the sleep of waiters that queue without asking the server.
     holder_until: Mutex<Option<Instant>>,
@@ -48,7 +49,7 @@ impl Channel {
         Arc::new(Channel {
             released: Notify::new(),
             waiters: AtomicUsize::new(0),
-            subscribed: tokio::sync::Mutex::new(false),
+            subscribed: tokio::sync::Mutex::new(None),
             holder_until: Mutex::new(None),
             attempting: AtomicUsize::new(0),
         })
@@ -143,7 +144,7 @@ impl Channels {
         let mut map = self.lock();
         let idle = ch.waiters.load(Ordering::Acquire) == 0
             && ch.attempting.load(Ordering::Acquire) == 0
-            && ch.subscribed.try_lock().is_ok_and(|s| !*s);
+            && ch.subscribed.try_lock().is_ok_and(|s| s.is_none());
         if idle && map.get(channel).is_some_and(|c| Arc::ptr_eq(c, ch)) {
             map.remove(channel);
         }
@@ -157,12 +158,12 @@ impl Channels {
 /// Subscribes waiters and delivers releases to them.
 pub(crate) struct Notifier {
     channels: Arc<Channels>,
-    conn: ConnectionManager,
+    nodes: Arc<Nodes>,
 }
 
 impl Notifier {
-    pub(crate) fn new(channels: Arc<Channels>, conn: ConnectionManager) -> Self {
-        Notifier { channels, conn }
+    pub(crate) fn new(channels: Arc<Channels>, nodes: Arc<Nodes>) -> Self {
+        Notifier { channels, nodes }
     }
 
     pub(crate) fn channels(&self) -> &Arc<Channels> {
@@ -192,15 +193,27 @@ impl Notifier {
             channel: channel.to_vec(),
             ch: ch.clone(),
             channels: Arc::downgrade(&self.channels),
-            conn: self.conn.clone(),
+            nodes: self.nodes.clone(),
         };
         let mut subscribed = ch.subscribed.lock().await;
-        if *subscribed {
+        if subscribed.is_some() {
             return Ok((subscription, false));
         }
-        self.conn.clone().subscribe(channel).await?;
-        *subscribed = true;
-        Ok((subscription, true))
+        // Releases publish on every node that held the lock; listening on one node is
+        // enough, and hears each release once. Prefer a node whose vote counts.
+        let mut order: Vec<usize> = (0..self.nodes.nodes.len()).collect();
+        order.sort_by_key(|&i| !self.nodes.nodes[i].trusted());
+        let mut last_error = None;
+        for i in order {
+            match self.nodes.nodes[i].conn.clone().subscribe(channel).await {
+                Ok(()) => {
+                    *subscribed = Some(i);
+                    return Ok((subscription, true));
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()))
     }
 }
 
@@ -209,7 +222,7 @@ pub(crate) struct Subscription {
     channel: Vec<u8>,
     ch: Arc<Channel>,
     channels: Weak<Channels>,
-    conn: ConnectionManager,
+    nodes: Arc<Nodes>,
 }
 
 impl Subscription {
@@ -248,19 +261,27 @@ impl Drop for Subscription {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (ch, channel, channels, mut conn) = (
+        let (ch, channel, channels, nodes) = (
             self.ch.clone(),
             std::mem::take(&mut self.channel),
             self.channels.clone(),
-            self.conn.clone(),
+            self.nodes.clone(),
         );
         runtime.spawn(async move {
             let mut subscribed = ch.subscribed.lock().await;
             if ch.waiters.load(Ordering::Acquire) != 0 {
                 return;
             }
-            if *subscribed && conn.unsubscribe(&channel).await.is_ok() {
-                *subscribed = false;
+            if let Some(i) = *subscribed {
+                if nodes.nodes[i]
+                    .conn
+                    .clone()
+                    .unsubscribe(&channel)
+                    .await
+                    .is_ok()
+                {
+                    *subscribed = None;
+                }
             }
             drop(subscribed);
             if let Some(channels) = channels.upgrade() {

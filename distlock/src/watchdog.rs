@@ -3,7 +3,8 @@
 //! A timer per lock would make 10,000 held locks cost 10,000 timers and 10,000 round trips
 //! per period. Instead one task per client keeps the held leases in a table, sleeps until the
 //! earliest is due, and renews every lease that is at least half-way to its due time in one
-//! pipeline of owner-checked extend scripts: one round trip per tick, however many locks.
+//! pipeline of owner-checked extend scripts: one round trip per node per tick, however many
+//! locks. A quorum lease is renewed when a majority of nodes renewed it.
 //!
 //! A refused renewal (the lock is no longer ours) declares the lease lost at once. A failed
 //! one (timeout, connection down) is retried soon; if no renewal succeeds before the lease
@@ -16,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use crate::algorithm::Algorithm;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
+use crate::quorum::{Node, Nodes};
 
 /// How soon a renewal that failed for a transient reason is tried again.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -66,10 +67,10 @@ impl Shared {
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: ConnectionManager) -> Watchdog {
+    pub(crate) fn start(nodes: Arc<Nodes>) -> Watchdog {
         let shared = Arc::new(Shared::default());
         // The task holds the table too; dropping the client aborts it.
-        let task = tokio::spawn(run(shared.clone(), conn)).abort_handle();
+        let task = tokio::spawn(run(shared.clone(), nodes)).abort_handle();
         Watchdog { shared, task }
     }
 
@@ -114,7 +115,7 @@ struct Due {
     ttl_ms: u64,
 }
 
-async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
+async fn run(shared: Arc<Shared>, nodes: Arc<Nodes>) {
     loop {
         let (batch, next) = collect(&shared);
         if batch.is_empty() {
@@ -131,77 +132,106 @@ async fn run(shared: Arc<Shared>, mut conn: ConnectionManager) {
             continue;
         }
         let sent = Instant::now();
-        let mut pipe = redis::pipe();
-        for d in &batch {
-            pipe.cmd("EVALSHA")
-                .arg(d.algorithm.extend.get_hash())
-                .arg(1)
-                .arg(d.key.lock())
-                .arg(&d.owner)
-                .arg(d.ttl_ms);
-        }
-        let replies: redis::RedisResult<Vec<redis::RedisResult<i64>>> =
-            pipe.ignore_errors().query_async(&mut conn).await;
+        // One pipeline per node, all nodes at once; a quorum lease needs a majority of them.
+        let per_node = nodes
+            .nodes
+            .iter()
+            .map(|node| renew_on(node, &batch, nodes.node_timeout, nodes.is_quorum()));
+        let replies = futures_util::future::join_all(per_node).await;
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
-        let reload = record(&shared, &batch, replies, sent);
-        // The server lost its scripts (a restart): load them again before the retry.
-        for algorithm in dedup(reload) {
-            let _ = algorithm
-                .extend
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await;
-        }
+        record(&shared, &batch, &replies, nodes.quorum, sent);
     }
 }
 
-/// Applies one pipeline's replies; returns the algorithms whose scripts the server lost.
-fn record(
-    shared: &Shared,
-    batch: &[Due],
-    replies: redis::RedisResult<Vec<redis::RedisResult<i64>>>,
-    sent: Instant,
-) -> Vec<&'static Algorithm> {
-    let mut reload = Vec::new();
-    let mut entries = shared.entries();
-    match replies {
-        Ok(replies) => {
-            for (d, reply) in batch.iter().zip(replies) {
-                // Released while the renewal was in flight: nothing to record.
-                let Some(entry) = entries.get_mut(&d.id) else {
-                    continue;
-                };
-                match reply {
-                    Ok(1) => {
-                        let ttl = Duration::from_millis(d.ttl_ms);
-                        if entry.watch.lease.renewed(sent, ttl) {
-                            entry.due = sent + entry.watch.period;
-                        } else {
-                            entries.remove(&d.id);
-                        }
-                    }
-                    Ok(_) => {
-                        entry.watch.lease.declare_lost();
-                        entries.remove(&d.id);
-                    }
-                    Err(e) => {
-                        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
-                            reload.push(d.algorithm);
-                        }
-                        entry.due = Instant::now() + RETRY_AFTER;
-                    }
-                }
-            }
+/// What one node said to a batch: per lease, renewed or refused; `None` where it gave no
+/// usable answer (unreachable, too slow, distrusted, or a script error).
+type NodeReplies = Vec<Option<bool>>;
+
+async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bool) -> NodeReplies {
+    let nothing = || vec![None; batch.len()];
+    if !node.trusted() {
+        return nothing();
+    }
+    let mut pipe = redis::pipe();
+    for d in batch {
+        pipe.cmd("EVALSHA")
+            .arg(d.algorithm.extend.get_hash())
+            .arg(1)
+            .arg(d.key.lock())
+            .arg(&d.owner)
+            .arg(d.ttl_ms);
+    }
+    let mut conn = node.conn.clone();
+    let query = pipe
+        .ignore_errors()
+        .query_async::<Vec<redis::RedisResult<i64>>>(&mut conn);
+    // A single node is bounded by the response timeout; in a quorum one slow node must not
+    // hold up the renewal the majority can make without it.
+    let replies = if quorum {
+        match tokio::time::timeout(node_timeout, query).await {
+            Ok(r) => r,
+            Err(_) => return nothing(),
         }
-        Err(_) => {
-            for d in batch {
-                if let Some(entry) = entries.get_mut(&d.id) {
-                    entry.due = Instant::now() + RETRY_AFTER;
+    } else {
+        query.await
+    };
+    let Ok(replies) = replies else {
+        return nothing();
+    };
+    let mut reload = Vec::new();
+    let answers = batch
+        .iter()
+        .zip(replies)
+        .map(|(d, reply)| match reply {
+            Ok(n) => Some(n == 1),
+            Err(e) => {
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+                    reload.push(d.algorithm);
                 }
+                None
             }
+        })
+        .collect();
+    // The server lost its scripts (a restart): load them again before the retry.
+    for algorithm in dedup(reload) {
+        let _ = algorithm
+            .extend
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await;
+    }
+    answers
+}
+
+/// Applies one tick's answers: a lease is renewed when a majority renewed it, lost when a
+/// majority can no longer renew it because nodes refused, else retried soon.
+fn record(shared: &Shared, batch: &[Due], replies: &[NodeReplies], quorum: usize, sent: Instant) {
+    let nodes = replies.len();
+    let mut entries = shared.entries();
+    for (i, d) in batch.iter().enumerate() {
+        // Released while the renewal was in flight: nothing to record.
+        let Some(entry) = entries.get_mut(&d.id) else {
+            continue;
+        };
+        let renewed = replies.iter().filter(|r| r[i] == Some(true)).count();
+        let refused = replies.iter().filter(|r| r[i] == Some(false)).count();
+        if renewed >= quorum {
+            if entry
+                .watch
+                .lease
+                .renewed(sent, Duration::from_millis(d.ttl_ms))
+            {
+                entry.due = sent + entry.watch.period;
+            } else {
+                entries.remove(&d.id);
+            }
+        } else if refused > nodes - quorum {
+            entry.watch.lease.declare_lost();
+            entries.remove(&d.id);
+        } else {
+            entry.due = Instant::now() + RETRY_AFTER;
         }
     }
-    reload
 }
 
 /// Takes every lease at least half-way to its due time (so they share this round trip) and

@@ -1,0 +1,273 @@
+//! The servers a client locks on, and the Redlock quorum over them (seed 000, seed 003).
+//!
+//! A single-node client is the case N = 1, quorum 1. With N independent masters a lock needs
+//! a majority (N/2 + 1). The per-node work is the mode's own scripts, unchanged; this layer
+//! only fans them out and counts:
+//!
+//! * requests go to every node **in parallel** (the patent's one-by-one order multiplies the
+//!   latency by N), each bounded by a per-node timeout far below the ttl, and an acquisition
+//!   returns as soon as a majority granted it;
+//! * the caller measured the start on the monotonic clock, so the guard's validity is
+//!   `ttl - elapsed - drift` and an answer that came too late is given back (see `lock.rs`);
+//! * a failed attempt is released on **all** nodes, also those that did not answer, before the
+//!   caller hears of it, so no partial lock outlives the call;
+//! * errors on a minority of nodes are tolerated; a majority unreachable is
+//!   [`Error::QuorumNotReached`] naming each node's failure;
+//! * a node whose server restarted (new `run_id`) casts no vote for the restart delay
+//!   (see [`node`]).
+//!
+//! Fencing tokens: each node keeps its own counter; the acquisition's token is the maximum
+//! over the granting majority, and the majority's counters are then raised to it. Any later
+//! majority shares a node with this one, so its token is larger, **provided no node loses its
+//! data** (a restart without persistence resets that node's counter; the restart guard keeps
+//! it out of quorums for a while, but run Redis with `appendfsync always` where fencing
+//! matters).
+
+pub(crate) mod node;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::aio::ConnectionManager;
+
+use crate::algorithm::{Algorithm, Attempt};
+use crate::error::{Error, NodeError};
+use crate::key::LockKey;
+pub(crate) use node::{Node, NodeSettings};
+
+static RAISE_FENCE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("raise_fence.lua")));
+
+/// The servers of one client.
+pub(crate) struct Nodes {
+    pub(crate) nodes: Vec<Node>,
+    /// How many must agree: 1 for a single node, N/2 + 1 for a quorum.
+    pub(crate) quorum: usize,
+    /// Bound on one node's answer inside a quorum operation.
+    pub(crate) node_timeout: Duration,
+}
+
+/// What one node said.
+type Answer<T> = Result<T, NodeError>;
+
+impl Nodes {
+    pub(crate) fn is_quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    /// The connection of a single-node client.
+    fn single(&self) -> Option<ConnectionManager> {
+        (!self.is_quorum()).then(|| self.nodes[0].conn.clone())
+    }
+
+    /// Runs `op` on every node at once (untrusted nodes answer with an error unless
+    /// `all_nodes`), yielding answers as they come.
+    fn fan_out<'a, T, F, Fut>(
+        &'a self,
+        all_nodes: bool,
+        op: F,
+    ) -> FuturesUnordered<impl std::future::Future<Output = (usize, Answer<T>)> + 'a>
+    where
+        F: Fn(ConnectionManager) -> Fut + 'a,
+        Fut: std::future::Future<Output = Result<T, Error>> + 'a,
+        T: 'a,
+    {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = (all_nodes || node.trusted()).then(|| op(node.conn.clone()));
+                async move {
+                    let fail = |reason: String| NodeError {
+                        node: node.addr.clone(),
+                        reason,
+                    };
+                    let Some(call) = call else {
+                        return (
+                            i,
+                            Err(fail(
+                                "restarted recently; not counted until the restart delay passed"
+                                    .into(),
+                            )),
+                        );
+                    };
+                    match tokio::time::timeout(self.node_timeout, call).await {
+                        Ok(Ok(v)) => (i, Ok(v)),
+                        Ok(Err(e)) => (i, Err(fail(e.to_string()))),
+                        Err(_) => (
+                            i,
+                            Err(fail(format!("no answer within {:?}", self.node_timeout))),
+                        ),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// One acquire attempt on every node.
+    pub(crate) async fn acquire(
+        &self,
+        algorithm: &'static Algorithm,
+        key: &LockKey,
+        owner: &str,
+        ttl_ms: u64,
+        unsure: bool,
+        want_holder_ttl: bool,
+    ) -> Result<Attempt, Error> {
+        if let Some(mut conn) = self.single() {
+            return algorithm
+                .try_acquire(&mut conn, key, owner, ttl_ms, unsure, want_holder_ttl)
+                .await;
+        }
+        let mut answers = self.fan_out(false, |mut conn| async move {
+            algorithm
+                .try_acquire(&mut conn, key, owner, ttl_ms, unsure, true)
+                .await
+        });
+        let (mut granted, mut busy, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        let mut answered = 0;
+        while let Some((i, answer)) = answers.next().await {
+            answered += 1;
+            match answer {
+                Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
+                Ok(Attempt::Busy { holder_ttl }) => busy.push(holder_ttl),
+                Err(e) => errors.push(e),
+            }
+            // A majority decided: the stragglers cannot change the outcome.
+            if granted.len() >= self.quorum || busy.len() >= self.quorum {
+                break;
+            }
+        }
+        drop(answers);
+        if granted.len() >= self.quorum {
+            match self.raise_fences(key, &granted).await {
+                Ok(fence) => return Ok(Attempt::Acquired { fence }),
+                Err(e) => errors.push(e),
+            }
+        }
+        // Not ours: give back what was granted, and what may have been granted unseen (a node
+        // that failed to answer, or one still on its way when the majority said busy).
+        if !granted.is_empty() || !errors.is_empty() || answered < self.nodes.len() {
+            self.release(algorithm, key, owner).await.ok();
+        }
+        if granted.len() + busy.len() >= self.quorum {
+            // The lock is held elsewhere; wait for the earliest lease to end.
+            let holder_ttl = busy.iter().flatten().min().copied();
+            return Ok(Attempt::Busy { holder_ttl });
+        }
+        Err(Error::QuorumNotReached {
+            key: key.name().to_owned(),
+            acked: granted.len(),
+            needed: self.quorum,
+            errors,
+        })
+    }
+
+    /// Makes the token the maximum of the majority's counters and raises the lower ones to it,
+    /// so a later majority (which shares a node with this one) issues a larger token.
+    async fn raise_fences(
+        &self,
+        key: &LockKey,
+        granted: &[(usize, u64)],
+    ) -> Result<u64, NodeError> {
+        let token = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|&&(_, f)| f < token)
+            .map(|&(i, _)| i)
+            .collect();
+        if behind.is_empty() {
+            return Ok(token);
+        }
+        let fence_key = key.fence();
+        let raises = behind.iter().map(|&i| {
+            let node = &self.nodes[i];
+            let fence_key = &fence_key;
+            async move {
+                let mut conn = node.conn.clone();
+                let mut raise = RAISE_FENCE.key(fence_key);
+                raise.arg(token);
+                let call = raise.invoke_async::<u64>(&mut conn);
+                matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token)
+            }
+        });
+        let raised = futures_util::future::join_all(raises)
+            .await
+            .into_iter()
+            .filter(|&ok| ok)
+            .count();
+        if granted.len() - behind.len() + raised >= self.quorum {
+            Ok(token)
+        } else {
+            Err(NodeError {
+                node: "quorum".into(),
+                reason: "could not raise the fencing counters of a majority".into(),
+            })
+        }
+    }
+
+    /// Gives the hold back on every node (trusted or not). True when a majority still had it.
+    pub(crate) async fn release(
+        &self,
+        algorithm: &'static Algorithm,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, Error> {
+        if let Some(mut conn) = self.single() {
+            return algorithm.try_release(&mut conn, key, owner).await;
+        }
+        let answers = self
+            .fan_out(true, |mut conn| async move {
+                algorithm.try_release(&mut conn, key, owner).await
+            })
+            .collect::<Vec<_>>()
+            .await;
+        self.decide(key, answers)
+    }
+
+    /// Renews the hold on every trusted node. True when a majority renewed it.
+    pub(crate) async fn extend(
+        &self,
+        algorithm: &'static Algorithm,
+        key: &LockKey,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, Error> {
+        if let Some(mut conn) = self.single() {
+            return algorithm.try_extend(&mut conn, key, owner, ttl_ms).await;
+        }
+        let answers = self
+            .fan_out(false, |mut conn| async move {
+                algorithm.try_extend(&mut conn, key, owner, ttl_ms).await
+            })
+            .collect::<Vec<_>>()
+            .await;
+        self.decide(key, answers)
+    }
+
+    /// Counts yes/no answers: true with a majority of yes, false once a majority can no
+    /// longer say yes because nodes said no, else (too many unreachable) the quorum error.
+    fn decide(&self, key: &LockKey, answers: Vec<(usize, Answer<bool>)>) -> Result<bool, Error> {
+        let yes = answers
+            .iter()
+            .filter(|(_, a)| matches!(a, Ok(true)))
+            .count();
+        let no = answers
+            .iter()
+            .filter(|(_, a)| matches!(a, Ok(false)))
+            .count();
+        if yes >= self.quorum {
+            return Ok(true);
+        }
+        if no > self.nodes.len() - self.quorum {
+            return Ok(false);
+        }
+        Err(Error::QuorumNotReached {
+            key: key.name().to_owned(),
+            acked: yes,
+            needed: self.quorum,
+            errors: answers.into_iter().filter_map(|(_, a)| a.err()).collect(),
+        })
+    }
+}
