@@ -4,9 +4,14 @@
 //! contender mutex KIND URL OBSERVER NAME TASKS TARGET  # contend until the observer counts TARGET sections
 //! contender herd KIND URL OBSERVER NAME WAITERS HOLD_MS  # WAITERS tasks each take the lock once
 //! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
+//! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! ```
-//! KIND is `setnx` or `reentrant`. Every critical section enters the observer's occupancy
+//! KIND is `setnx` or `reentrant`; URL may list several comma-separated URLs for a quorum. Every critical section enters the observer's occupancy
 //! probe, bumps its non-atomic counter and presents its fencing token to its fence.
+//!
+//! KIND may also be `read` or `write` (the two sides of a read/write lock). In `rw` mode the
+//! writers use the observer name `<NAME>-w` and the readers a probe of their own, `<NAME>-r`;
+//! each side counts entries that find the other side inside (`Observer::enter_excluding`).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -41,6 +46,20 @@ async fn main() {
             let hold = Duration::from_millis(number(hold_ms) as u64);
             herd(&locks, kind, &observer, number(waiters), hold).await;
         }
+        ["rw", url, observer, name, readers, writers, seconds] => {
+            let locks = connect(url).await;
+            let run_for = Duration::from_secs(number(seconds) as u64);
+            let sections = rw(
+                &locks,
+                observer,
+                name,
+                number(readers),
+                number(writers),
+                run_for,
+            )
+            .await;
+            println!("DONE {sections}");
+        }
         ["hold", kind, url, name, ttl_ms] => {
             let locks = connect(url).await;
             let ttl = Duration::from_millis(number(ttl_ms) as u64);
@@ -58,16 +77,21 @@ fn number(s: &str) -> usize {
         .unwrap_or_else(|_| panic!("{s:?} is not a number"))
 }
 
+/// One URL: a single-node client; several, comma-separated: a quorum client.
 async fn connect(url: &str) -> Client {
-    Client::connect(url)
-        .await
-        .expect("connect to the lock server")
+    if url.contains(',') {
+        Client::quorum(url.split(',')).await.expect("connect to the quorum")
+    } else {
+        Client::connect(url).await.expect("connect to the lock server")
+    }
 }
 
 fn request<'c>(locks: &'c Client, kind: &str, name: &str) -> LockRequest<'c> {
     match kind {
         "setnx" => locks.lock(name),
         "reentrant" => locks.reentrant(name),
+        "read" => locks.read(name),
+        "write" => locks.write(name),
         other => panic!("unknown lock kind {other:?}"),
     }
 }
@@ -126,6 +150,72 @@ async fn herd(locks: &Client, kind: &str, observer: &Observer, waiters: usize, h
         h.await.expect("herd task");
     }
     println!("DONE {waiters}");
+}
+
+/// How long a reader stays inside: long enough that readers of both processes overlap.
+const READ_HOLD: Duration = Duration::from_millis(3);
+/// A writer's pause between two writes. Writers are preferred, so writers that never paused
+/// would keep the readers out for the whole run (the policy's documented price).
+const WRITER_THINK: Duration = Duration::from_millis(15);
+
+/// Runs reader and writer tasks on one read/write lock for `run_for`; returns the sections
+/// completed.
+async fn rw(
+    locks: &Client,
+    observer_url: &str,
+    name: &str,
+    readers: usize,
+    writers: usize,
+    run_for: Duration,
+) -> u64 {
+    let (read_probe, write_probe) = (format!("{name}-r"), format!("{name}-w"));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..readers + writers {
+        let writer = i >= readers;
+        let (mine, other) = if writer {
+            (&write_probe, &read_probe)
+        } else {
+            (&read_probe, &write_probe)
+        };
+        let observer = Observer::connect(observer_url, mine).await;
+        let (locks, name, other) = (locks.clone(), name.to_owned(), other.clone());
+        handles.push(tokio::spawn(async move {
+            let mut sections = 0u64;
+            while started.elapsed() < run_for {
+                let request = if writer {
+                    locks.write(&name)
+                } else {
+                    locks.read(&name)
+                };
+                let guard = request
+                    .ttl(Duration::from_secs(5))
+                    .wait(MAX_RUN)
+                    .acquire()
+                    .await
+                    .expect("acquire within the wait");
+                observer.enter_excluding(&other).await;
+                if writer {
+                    observer.fence(guard.fencing_token()).await;
+                    observer.bump(Duration::from_micros(100)).await;
+                } else {
+                    tokio::time::sleep(READ_HOLD).await;
+                }
+                observer.exit().await;
+                guard.release().await.expect("release a held lock");
+                sections += 1;
+                if writer {
+                    tokio::time::sleep(WRITER_THINK).await;
+                }
+            }
+            sections
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.expect("rw task");
+    }
+    total
 }
 
 async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {

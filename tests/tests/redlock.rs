@@ -1,0 +1,194 @@
+//! Redlock: the quorum algorithm over five independent redis-server processes, under faults.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{as_other_owner, assert_safe, lock_key, run_contenders};
+use distlock::{Client, Error};
+use distlock_testkit::{Observer, RedisServers};
+use redis::AsyncCommands;
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+async fn quorum(nodes: &RedisServers) -> Client {
+    Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .connect()
+        .await
+        .expect("connect to the quorum")
+}
+
+/// Keys of the lock `name` left on each live node.
+async fn leftovers(nodes: &RedisServers, name: &str) -> usize {
+    let mut n = 0;
+    for node in nodes.iter().filter(|n| n.is_running() && !n.is_paused()) {
+        let exists: bool = node.async_connection().await.exists(lock_key(name)).await.expect("EXISTS");
+        n += usize::from(exists);
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_across_processes_keeps_exclusion_and_fencing() {
+    const TARGET: u64 = 600;
+    let nodes = RedisServers::start(5);
+    let observer_server = distlock_testkit::RedisServer::start();
+    let urls = nodes.urls().join(",");
+    let per_process = run_contenders(
+        2,
+        &["mutex", "setnx", &urls, &observer_server.url(), "rl", "4", &TARGET.to_string()],
+    );
+    assert!(per_process.iter().sum::<u64>() >= TARGET);
+    assert!(per_process.iter().all(|&n| n > 0), "every process got the lock: {per_process:?}");
+    assert_safe(&Observer::connect(&observer_server.url(), "rl").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dead_nodes_of_five_are_tolerated() {
+    let mut nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    nodes[0].kill();
+    nodes[3].kill();
+    let mut last = 0;
+    for _ in 0..20 {
+        let g = locks.lock("survive").wait(Duration::from_secs(5)).acquire().await.expect("3 of 5 suffice");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.release().await.expect("release on the majority");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_dead_nodes_of_five_fail_cleanly_within_the_wait() {
+    let mut nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    for i in [0, 2, 4] {
+        nodes[i].kill();
+    }
+    let wait = Duration::from_millis(500);
+    for _ in 0..5 {
+        let started = Instant::now();
+        let err = locks.lock("doomed").wait(wait).acquire().await.unwrap_err();
+        let took = started.elapsed();
+        match &err {
+            Error::QuorumNotReached { acked, needed, errors, .. } => {
+                assert_eq!(*needed, 3);
+                assert!(*acked <= 2);
+                assert_eq!(errors.len(), 3, "each dead node is named: {err}");
+            }
+            other => panic!("expected the quorum error, got {other}"),
+        }
+        assert!(err.is_retryable());
+        // The attempt ends with the wait (plus at most one in-flight round of node timeouts).
+        assert!(took < wait + Duration::from_secs(2), "took {took:?}");
+        assert_eq!(leftovers(&nodes, "doomed").await, 0, "a partial lock was left behind");
+    }
+}
+
+/// Two frozen nodes cost an acquisition nothing beyond the majority's answers: the bound
+/// stated is the per-node timeout (100 ms) plus scheduling slack, far below "forever".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_frozen_nodes_do_not_stall_acquisition() {
+    let mut nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    nodes[1].pause();
+    nodes[4].pause();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let g = locks.lock("frozen").try_acquire().await.expect("the majority answers");
+        slowest = slowest.max(started.elapsed());
+        g.release().await.expect("release");
+    }
+    println!("slowest acquire with 2 of 5 frozen: {slowest:?} (node timeout {NODE_TIMEOUT:?})");
+    assert!(slowest < NODE_TIMEOUT + Duration::from_secs(1), "{slowest:?}");
+    nodes[1].resume();
+    nodes[4].resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_is_refused_to_a_second_owner_and_released_on_every_node() {
+    let nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    let g = locks.lock("held").try_acquire().await.expect("free");
+    // The call returns once a majority granted it; stragglers may still be on their way.
+    assert!(leftovers(&nodes, "held").await >= 3);
+    let busy = as_other_owner(locks.lock("held").try_acquire()).await.unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    assert!(g.remaining() < Duration::from_secs(30), "validity excludes elapsed time and drift");
+    g.release().await.expect("release");
+    assert_eq!(leftovers(&nodes, "held").await, 0);
+}
+
+/// Counters that drifted apart (a node missed acquisitions) still give increasing tokens,
+/// because a granting majority's counters are raised to the token it issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_majorities_whose_counters_drifted() {
+    let mut nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    let fence = format!("{}:fence", lock_key("drift"));
+    let _: () = nodes[0].async_connection().await.set(&fence, 100).await.expect("SET");
+    nodes[3].pause();
+    nodes[4].pause();
+    let first = locks.lock("drift").try_acquire().await.expect("majority 0, 1, 2");
+    let t1 = first.fencing_token();
+    assert_eq!(t1, 101, "the maximum over the majority");
+    first.release().await.expect("release");
+    nodes[3].resume();
+    nodes[4].resume();
+    nodes[0].pause();
+    nodes[1].pause();
+    let second = locks
+        .lock("drift")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("majority 2, 3, 4");
+    assert!(second.fencing_token() > t1, "{} after {t1}", second.fencing_token());
+    second.release().await.expect("release");
+    nodes[0].resume();
+    nodes[1].resume();
+}
+
+/// The hazard the Redlock description calls out: a node restarted without its data forgets
+/// the lock, and a second client can then win a majority while the first still holds it.
+/// With the restart guard, the restarted node casts no vote and the second client cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
+    for guarded in [false, true] {
+        let mut nodes = RedisServers::start(5);
+        let holder = quorum(&nodes).await;
+        // The holder reaches nodes 0, 1, 2 only: 3 and 4 are down at that moment.
+        nodes[3].kill();
+        nodes[4].kill();
+        let held = holder
+            .lock("hazard")
+            .ttl(Duration::from_secs(30))
+            .try_acquire()
+            .await
+            .expect("majority 0, 1, 2");
+        nodes[3].restart();
+        nodes[4].restart();
+        let delay = if guarded { Duration::from_secs(30) } else { Duration::ZERO };
+        let second = Client::quorum_builder(nodes.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .restart_delay(delay)
+            .connect()
+            .await
+            .expect("connect");
+        // Node 2 restarts without its data while the second client is connected.
+        nodes[2].kill();
+        nodes[2].restart();
+        let attempt = second.lock("hazard").wait(Duration::from_secs(3)).acquire().await;
+        assert!(held.is_held(), "the first owner's lease is still valid");
+        if guarded {
+            let err = attempt.expect_err("the restarted node must not vote");
+            assert!(matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }), "{err}");
+        } else {
+            // Expected violation: two owners at once. This is what the guard prevents.
+            let stolen = attempt.expect("without the guard the hazard is real");
+            assert!(stolen.is_held() && held.is_held());
+        }
+    }
+}
