@@ -285,12 +285,15 @@ impl ClientBuilder {
         let connecting = self
             .urls
             .iter()
-            .map(|url| Node::connect(url, &settings, channels.clone()));
+            .map(|url| Node::connect(url, &settings, channels.clone(), n > 1));
         let mut nodes = Vec::with_capacity(n);
         let mut failures = Vec::new();
         for result in futures_util::future::join_all(connecting).await {
             match result {
-                Ok(node) => nodes.push(node),
+                Ok((node, down)) => {
+                    nodes.push(node);
+                    failures.extend(down);
+                }
                 Err(e) => failures.push(e),
             }
         }
@@ -298,13 +301,12 @@ impl ClientBuilder {
             if let Some(e) = failures.pop() {
                 return Err(e);
             }
-        } else if !failures.is_empty() {
-            // A quorum client needs every node's connection object, even a down node's, so it
-            // can count it back in once it returns; refuse rather than lock with fewer.
+        } else if nodes.len() < n || n - failures.len() < quorum {
+            // Nodes down at start-up join once they answer, but a majority must answer now.
             return Err(Error::QuorumNotReached {
                 key: "(connect)".into(),
-                acked: nodes.len(),
-                needed: n,
+                acked: n - failures.len(),
+                needed: quorum,
                 errors: failures
                     .into_iter()
                     .map(|e| NodeError {

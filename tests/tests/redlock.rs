@@ -23,7 +23,12 @@ async fn quorum(nodes: &RedisServers) -> Client {
 async fn leftovers(nodes: &RedisServers, name: &str) -> usize {
     let mut n = 0;
     for node in nodes.iter().filter(|n| n.is_running() && !n.is_paused()) {
-        let exists: bool = node.async_connection().await.exists(lock_key(name)).await.expect("EXISTS");
+        let exists: bool = node
+            .async_connection()
+            .await
+            .exists(lock_key(name))
+            .await
+            .expect("EXISTS");
         n += usize::from(exists);
     }
     n
@@ -37,10 +42,21 @@ async fn contention_across_processes_keeps_exclusion_and_fencing() {
     let urls = nodes.urls().join(",");
     let per_process = run_contenders(
         2,
-        &["mutex", "setnx", &urls, &observer_server.url(), "rl", "4", &TARGET.to_string()],
+        &[
+            "mutex",
+            "setnx",
+            &urls,
+            &observer_server.url(),
+            "rl",
+            "4",
+            &TARGET.to_string(),
+        ],
     );
     assert!(per_process.iter().sum::<u64>() >= TARGET);
-    assert!(per_process.iter().all(|&n| n > 0), "every process got the lock: {per_process:?}");
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "every process got the lock: {per_process:?}"
+    );
     assert_safe(&Observer::connect(&observer_server.url(), "rl").await).await;
 }
 
@@ -52,7 +68,12 @@ async fn two_dead_nodes_of_five_are_tolerated() {
     nodes[3].kill();
     let mut last = 0;
     for _ in 0..20 {
-        let g = locks.lock("survive").wait(Duration::from_secs(5)).acquire().await.expect("3 of 5 suffice");
+        let g = locks
+            .lock("survive")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("3 of 5 suffice");
         assert!(g.fencing_token() > last);
         last = g.fencing_token();
         g.release().await.expect("release on the majority");
@@ -72,7 +93,12 @@ async fn three_dead_nodes_of_five_fail_cleanly_within_the_wait() {
         let err = locks.lock("doomed").wait(wait).acquire().await.unwrap_err();
         let took = started.elapsed();
         match &err {
-            Error::QuorumNotReached { acked, needed, errors, .. } => {
+            Error::QuorumNotReached {
+                acked,
+                needed,
+                errors,
+                ..
+            } => {
                 assert_eq!(*needed, 3);
                 assert!(*acked <= 2);
                 assert_eq!(errors.len(), 3, "each dead node is named: {err}");
@@ -82,7 +108,11 @@ async fn three_dead_nodes_of_five_fail_cleanly_within_the_wait() {
         assert!(err.is_retryable());
         // The attempt ends with the wait (plus at most one in-flight round of node timeouts).
         assert!(took < wait + Duration::from_secs(2), "took {took:?}");
-        assert_eq!(leftovers(&nodes, "doomed").await, 0, "a partial lock was left behind");
+        assert_eq!(
+            leftovers(&nodes, "doomed").await,
+            0,
+            "a partial lock was left behind"
+        );
     }
 }
 
@@ -97,12 +127,19 @@ async fn two_frozen_nodes_do_not_stall_acquisition() {
     let mut slowest = Duration::ZERO;
     for _ in 0..10 {
         let started = Instant::now();
-        let g = locks.lock("frozen").try_acquire().await.expect("the majority answers");
+        let g = locks
+            .lock("frozen")
+            .try_acquire()
+            .await
+            .expect("the majority answers");
         slowest = slowest.max(started.elapsed());
         g.release().await.expect("release");
     }
     println!("slowest acquire with 2 of 5 frozen: {slowest:?} (node timeout {NODE_TIMEOUT:?})");
-    assert!(slowest < NODE_TIMEOUT + Duration::from_secs(1), "{slowest:?}");
+    assert!(
+        slowest < NODE_TIMEOUT + Duration::from_secs(1),
+        "{slowest:?}"
+    );
     nodes[1].resume();
     nodes[4].resume();
 }
@@ -114,9 +151,14 @@ async fn a_held_lock_is_refused_to_a_second_owner_and_released_on_every_node() {
     let g = locks.lock("held").try_acquire().await.expect("free");
     // The call returns once a majority granted it; stragglers may still be on their way.
     assert!(leftovers(&nodes, "held").await >= 3);
-    let busy = as_other_owner(locks.lock("held").try_acquire()).await.unwrap_err();
+    let busy = as_other_owner(locks.lock("held").try_acquire())
+        .await
+        .unwrap_err();
     assert!(matches!(busy, Error::Busy { .. }), "{busy}");
-    assert!(g.remaining() < Duration::from_secs(30), "validity excludes elapsed time and drift");
+    assert!(
+        g.remaining() < Duration::from_secs(30),
+        "validity excludes elapsed time and drift"
+    );
     g.release().await.expect("release");
     assert_eq!(leftovers(&nodes, "held").await, 0);
 }
@@ -128,10 +170,19 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
     let mut nodes = RedisServers::start(5);
     let locks = quorum(&nodes).await;
     let fence = format!("{}:fence", lock_key("drift"));
-    let _: () = nodes[0].async_connection().await.set(&fence, 100).await.expect("SET");
+    let _: () = nodes[0]
+        .async_connection()
+        .await
+        .set(&fence, 100)
+        .await
+        .expect("SET");
     nodes[3].pause();
     nodes[4].pause();
-    let first = locks.lock("drift").try_acquire().await.expect("majority 0, 1, 2");
+    let first = locks
+        .lock("drift")
+        .try_acquire()
+        .await
+        .expect("majority 0, 1, 2");
     let t1 = first.fencing_token();
     assert_eq!(t1, 101, "the maximum over the majority");
     first.release().await.expect("release");
@@ -145,7 +196,11 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
         .acquire()
         .await
         .expect("majority 2, 3, 4");
-    assert!(second.fencing_token() > t1, "{} after {t1}", second.fencing_token());
+    assert!(
+        second.fencing_token() > t1,
+        "{} after {t1}",
+        second.fencing_token()
+    );
     second.release().await.expect("release");
     nodes[0].resume();
     nodes[1].resume();
@@ -170,7 +225,11 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
             .expect("majority 0, 1, 2");
         nodes[3].restart();
         nodes[4].restart();
-        let delay = if guarded { Duration::from_secs(30) } else { Duration::ZERO };
+        let delay = if guarded {
+            Duration::from_secs(30)
+        } else {
+            Duration::ZERO
+        };
         let second = Client::quorum_builder(nodes.urls())
             .node_timeout(NODE_TIMEOUT)
             .restart_delay(delay)
@@ -180,15 +239,82 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
         // Node 2 restarts without its data while the second client is connected.
         nodes[2].kill();
         nodes[2].restart();
-        let attempt = second.lock("hazard").wait(Duration::from_secs(3)).acquire().await;
+        let attempt = second
+            .lock("hazard")
+            .wait(Duration::from_secs(3))
+            .acquire()
+            .await;
         assert!(held.is_held(), "the first owner's lease is still valid");
         if guarded {
             let err = attempt.expect_err("the restarted node must not vote");
-            assert!(matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }), "{err}");
+            assert!(
+                matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }),
+                "{err}"
+            );
         } else {
             // Expected violation: two owners at once. This is what the guard prevents.
             let stolen = attempt.expect("without the guard the hazard is real");
             assert!(stolen.is_held() && held.is_held());
         }
     }
+}
+
+/// A node that is down when the client starts joins once it answers (after the restart
+/// delay, since it was never seen); a majority down at start-up is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_down_at_start_up_join_later_and_a_majority_down_is_refused() {
+    let mut nodes = RedisServers::start(5);
+    nodes[2].kill();
+    let locks = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("4 of 5 answer");
+    locks
+        .lock("late")
+        .try_acquire()
+        .await
+        .expect("majority")
+        .release()
+        .await
+        .expect("release");
+    nodes[2].restart();
+    let node2 = nodes[2].async_connection().await;
+    let joined = distlock_testkit::wait_until_async(Duration::from_secs(10), || {
+        let (locks, mut node2) = (locks.clone(), node2.clone());
+        async move {
+            let g = locks
+                .lock("late")
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+                .expect("majority");
+            let there: bool = node2.exists(lock_key("late")).await.expect("EXISTS");
+            g.release().await.expect("release");
+            there
+        }
+    })
+    .await;
+    assert!(joined, "the late node takes part once it answers");
+
+    for i in [0, 1, 3] {
+        nodes[i].kill();
+    }
+    let err = Client::quorum_builder(nodes.urls())
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::QuorumNotReached {
+                acked: 2,
+                needed: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

@@ -2,10 +2,10 @@
 //!
 //! A Redis master restarted without its data has forgotten every lock it held. In a quorum,
 //! that lets a second client win a majority while the first still holds the lock (the hazard
-//! the Redlock description calls out). Each node therefore remembers the server's `run_id`;
-//! when its connection drops, the node is suspect until `INFO server` answers again, and if
-//! the `run_id` changed it does not count toward any quorum for the restart delay (set it to
-//! your longest ttl), by which time every lock it forgot has expired everywhere else too.
+//! the Redlock description calls out). Each quorum node therefore remembers the server's
+//! `run_id`; when its connection drops, the node is suspect until `INFO server` answers again,
+//! and if the `run_id` changed it does not count toward any quorum for the restart delay (set
+//! it to your longest ttl), by which time every lock it forgot has expired everywhere else.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
+use tokio::sync::mpsc;
 
 use crate::error::{Error, Op};
 use crate::notify::Channels;
 
-/// How often a suspect node's `run_id` is checked again while it does not answer.
+/// How often a suspect node's `run_id` is read again while it does not answer.
 const RECHECK: Duration = Duration::from_millis(100);
 
 /// Connection settings shared by every node of a client.
@@ -33,6 +34,8 @@ pub(crate) struct Node {
     pub(crate) conn: ConnectionManager,
     pub(crate) addr: String,
     health: Arc<Health>,
+    /// The task that re-reads the run_id after a disconnection; stopped with the node.
+    monitor: Option<tokio::task::AbortHandle>,
 }
 
 #[derive(Default)]
@@ -42,18 +45,20 @@ struct Health {
     suspect: AtomicBool,
     /// A restart was seen: no votes before this instant.
     distrust_until: Mutex<Option<Instant>>,
-    /// A re-check task is running.
-    checking: AtomicBool,
 }
 
 impl Node {
     /// Opens the connection (RESP3, so release notifications arrive as push frames and feed
-    /// `channels`). Fails within the connect timeout when no server answers.
+    /// `channels`). Fails within the connect timeout when no server answers, unless
+    /// `lazy_if_down`: a quorum node that is down at start-up is then connected lazily, kept
+    /// out of quorums until it answers (and, having never been seen, for the restart delay
+    /// after that), and returned with the error that made it lazy.
     pub(crate) async fn connect(
         url: &str,
         settings: &NodeSettings,
         channels: Arc<Channels>,
-    ) -> Result<Node, Error> {
+        lazy_if_down: bool,
+    ) -> Result<(Node, Option<Error>), Error> {
         let addr = crate::client::redact(url);
         let bad_url =
             |e: redis::RedisError| Error::config(format!("cannot use Redis URL `{addr}`: {e}"));
@@ -64,18 +69,15 @@ impl Node {
             .set_protocol(ProtocolVersion::RESP3);
         let client = redis::Client::open(info.set_redis_settings(resp3)).map_err(bad_url)?;
         let health = Arc::new(Health::default());
-        // Filled in once the connection exists: the push handler needs it to re-check.
-        let conn_cell: Arc<Mutex<Option<ConnectionManager>>> = Arc::default();
+        // The push handler lives inside the connection, so it must not own the connection
+        // (a cycle would leak it): it only flags the node and wakes the monitor task.
+        let (recheck, rechecks) = mpsc::unbounded_channel::<()>();
         let on_push = {
-            let (health, conn_cell, guard) =
-                (health.clone(), conn_cell.clone(), settings.restart_guard);
+            let (health, guarded) = (health.clone(), settings.restart_guard.is_some());
             move |push: PushInfo| {
-                if let (PushKind::Disconnection, Some(delay)) = (&push.kind, guard) {
+                if guarded && push.kind == PushKind::Disconnection {
                     health.suspect.store(true, Ordering::Release);
-                    let conn = conn_cell.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    if let Some(conn) = conn {
-                        health.spawn_check(conn, delay);
-                    }
+                    let _ = recheck.send(());
                 }
                 channels.on_push(push);
                 Ok::<(), std::convert::Infallible>(())
@@ -89,26 +91,49 @@ impl Node {
             // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_secs(1));
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let conn = match tokio::time::timeout(settings.connect_timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(source)) => return Err(connect_error(&addr, source)),
-            Err(_) => {
-                let timeout = std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {:?}", settings.connect_timeout),
-                );
-                return Err(connect_error(&addr, timeout.into()));
+        let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
+        let attempt = match tokio::time::timeout(settings.connect_timeout, connecting).await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", settings.connect_timeout),
+            )
+            .into()),
+        };
+        let (conn, failure) = match attempt {
+            Ok(conn) => (conn, None),
+            Err(source) if lazy_if_down => {
+                let conn = ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(|e| connect_error(&addr, e))?;
+                (conn, Some(connect_error(&addr, source)))
+            }
+            Err(source) => return Err(connect_error(&addr, source)),
+        };
+        let monitor = match settings.restart_guard {
+            None => None,
+            Some(delay) => {
+                if failure.is_none() {
+                    let id = run_id(&mut conn.clone())
+                        .await
+                        .map_err(|e| connect_error(&addr, e))?;
+                    *lock(&health.run_id) = Some(id);
+                }
+                Some(spawn_monitor(
+                    conn.clone(),
+                    health.clone(),
+                    rechecks,
+                    delay,
+                    failure.is_some(),
+                ))
             }
         };
-        if settings.restart_guard.is_some() {
-            let run_id = run_id(&mut conn.clone())
-                .await
-                .map_err(|e| connect_error(&addr, e))?;
-            *health.run_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(run_id);
-        }
-        *conn_cell.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
-        Ok(Node { conn, addr, health })
+        let node = Node {
+            conn,
+            addr,
+            health,
+            monitor,
+        };
+        Ok((node, failure))
     }
 
     /// True when this node's answers count toward a quorum now.
@@ -116,46 +141,59 @@ impl Node {
         if self.health.suspect.load(Ordering::Acquire) {
             return false;
         }
-        let until = *self
-            .health
-            .distrust_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        until.is_none_or(|t| Instant::now() >= t)
+        lock(&self.health.distrust_until).is_none_or(|t| Instant::now() >= t)
     }
 }
 
-impl Health {
-    /// Reads the run_id again until the server answers; a changed one starts the distrust.
-    fn spawn_check(self: &Arc<Self>, mut conn: ConnectionManager, delay: Duration) {
-        if self.checking.swap(true, Ordering::AcqRel) {
-            return;
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(monitor) = &self.monitor {
+            monitor.abort();
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.checking.store(false, Ordering::Release);
-            return;
-        };
-        let health = self.clone();
-        runtime.spawn(async move {
+    }
+}
+
+/// Watches one node: after every disconnection (and at once for a node that was down at
+/// start-up) reads the run_id until the server answers; a changed or first-seen run_id starts
+/// the distrust. The node stays suspect, casting no vote, until then.
+fn spawn_monitor(
+    mut conn: ConnectionManager,
+    health: Arc<Health>,
+    mut rechecks: mpsc::UnboundedReceiver<()>,
+    delay: Duration,
+    check_now: bool,
+) -> tokio::task::AbortHandle {
+    if check_now {
+        health.suspect.store(true, Ordering::Release);
+    }
+    tokio::spawn(async move {
+        let mut pending = check_now;
+        loop {
+            if !pending && rechecks.recv().await.is_none() {
+                return;
+            }
+            pending = false;
+            while rechecks.try_recv().is_ok() {}
             let now = loop {
                 match run_id(&mut conn).await {
                     Ok(id) => break id,
                     Err(_) => tokio::time::sleep(RECHECK).await,
                 }
             };
-            let mut known = health.run_id.lock().unwrap_or_else(|e| e.into_inner());
+            let mut known = lock(&health.run_id);
             if known.as_deref() != Some(now.as_str()) {
-                *health
-                    .distrust_until
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + delay);
+                *lock(&health.distrust_until) = Some(Instant::now() + delay);
                 *known = Some(now);
             }
             drop(known);
             health.suspect.store(false, Ordering::Release);
-            health.checking.store(false, Ordering::Release);
-        });
-    }
+        }
+    })
+    .abort_handle()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn run_id(conn: &mut ConnectionManager) -> redis::RedisResult<String> {
