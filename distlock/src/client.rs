@@ -67,23 +67,32 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// True when `context` holds the non-reentrant lock at `key` through this client and its
-    /// lease is still good (a task whose hold ran out may take the lock again).
+    /// lease is still good (a task whose hold ran out may take the lock again). Looked up by
+    /// task first: a task holds few locks, and the check runs before every acquisition.
     pub(crate) fn holds(&self, key: &[u8], context: LockContext) -> bool {
-        self.held()
-            .get(&(key.to_vec(), context))
-            .is_some_and(|lease| lease.is_valid())
+        self.held().get(&context).is_some_and(|holds| {
+            holds
+                .iter()
+                .any(|(k, lease)| k.as_slice() == key && lease.is_valid())
+        })
     }
 
     pub(crate) fn hold(&self, key: &[u8], context: LockContext, lease: Arc<LeaseState>) {
-        self.held().insert((key.to_vec(), context), lease);
+        let mut held = self.held();
+        let holds = held.entry(context).or_default();
+        // A hold of the same key that ran out is replaced, not kept beside the new one.
+        holds.retain(|(k, _)| k.as_slice() != key);
+        holds.push((key.to_vec(), lease));
     }
 
     /// Forgets the hold, unless the entry already belongs to a later hold of the same task.
     pub(crate) fn unhold(&self, key: &[u8], context: LockContext, lease: &Arc<LeaseState>) {
         let mut held = self.held();
-        let k = (key.to_vec(), context);
-        if held.get(&k).is_some_and(|l| Arc::ptr_eq(l, lease)) {
-            held.remove(&k);
+        if let Some(holds) = held.get_mut(&context) {
+            holds.retain(|(k, l)| !(k.as_slice() == key && Arc::ptr_eq(l, lease)));
+            if holds.is_empty() {
+                held.remove(&context);
+            }
         }
     }
 
@@ -92,7 +101,8 @@ impl Inner {
     }
 }
 
-type HeldByTask = HashMap<(Vec<u8>, LockContext), Arc<LeaseState>>;
+/// Non-reentrant holds per task: the key and the hold's lease.
+type HeldByTask = HashMap<LockContext, Vec<(Vec<u8>, Arc<LeaseState>)>>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -58,11 +58,27 @@ struct Shared {
     added: Notify,
     /// Renewal round trips sent, for benchmarks and tests.
     round_trips: AtomicU64,
+    /// When the task will wake on its own (`None`: it waits for a lease to be added).
+    sleeping_until: Mutex<Option<Instant>>,
 }
 
 impl Shared {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sleeping_until(&self) -> Option<Instant> {
+        *self
+            .sleeping_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_sleeping_until(&self, at: Option<Instant>) {
+        *self
+            .sleeping_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = at;
     }
 }
 
@@ -78,8 +94,15 @@ impl Watchdog {
     pub(crate) fn watch(&self, watch: Watch) -> u64 {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let due = Instant::now() + watch.period;
-        self.shared.entries().insert(id, Entry { watch, due });
-        self.shared.added.notify_one();
+        let mut entries = self.shared.entries();
+        entries.insert(id, Entry { watch, due });
+        // Wake the task only if it sleeps past this lease's due time; usually it is already
+        // due to wake earlier, and waking it for every acquisition would cost every lock.
+        let wake = self.shared.sleeping_until().is_none_or(|t| due < t);
+        drop(entries);
+        if wake {
+            self.shared.added.notify_one();
+        }
         id
     }
 
@@ -265,6 +288,9 @@ fn collect(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
         }
         true
     });
+    // Under the table's lock, so `watch` sees either this or the next wake-up time. While a
+    // batch is out the task is awake and re-reads the table before sleeping again.
+    shared.set_sleeping_until(if batch.is_empty() { next } else { Some(now) });
     (batch, next)
 }
 

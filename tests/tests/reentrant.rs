@@ -79,7 +79,7 @@ async fn a_foreign_owners_release_is_refused_and_leaves_the_hash_intact() {
     let foreign = as_other_owner(
         locks
             .reentrant("shared")
-            .ttl(Duration::from_millis(50))
+            .ttl(Duration::from_millis(300))
             .watchdog(false)
             .try_acquire(),
     )

@@ -101,7 +101,7 @@ async fn an_expired_lock_is_free_and_its_old_holder_cannot_release_the_new_one()
     let raw = server.async_connection().await;
     let old = locks
         .lock("lease")
-        .ttl(Duration::from_millis(50))
+        .ttl(Duration::from_millis(300))
         .watchdog(false)
         .try_acquire()
         .await
