@@ -1,0 +1,312 @@
+//! The contenders. Every column takes and gives back a lock through the same two calls, so
+//! the scenarios never know whose lock they drive. Adding a column (e.g. a new distlock mode)
+//! is one `Kind` variant, its arms in `name`/`note`/`connect`, and a small `Column` impl.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Lease of every lock in every scenario: long enough that nothing expires mid-round.
+pub const TTL: Duration = Duration::from_secs(10);
+/// The peers' retry delay. Their default (200 ms) would leave them idle most of a contended
+/// round; 2 ms is distlock's first pause. Both peers draw a uniform delay from [0, this).
+const PEER_RETRY_DELAY_MS: u32 = 2;
+/// The peers' retries per `lock()` call (their default).
+const PEER_RETRY_COUNT: u32 = 3;
+/// How often `limit` polls a busy lock: the floor any smarter waiting is measured against.
+const LIMIT_POLL: Duration = Duration::from_millis(1);
+
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lock implementation under test, connected to its server(s).
+pub trait Column: Send + Sync {
+    /// Takes the lock on `key`, waiting up to `wait` for a busy lock.
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>>;
+}
+
+/// A held lock of any column.
+pub trait Release: Send {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>>;
+}
+
+pub type Held = Box<dyn Release>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// distlock's `setnx` mode (`Client::lock`).
+    Distlock,
+    Rslock,
+    Redlock,
+    /// The bare minimum with redis-rs: the floor every lock is measured against.
+    Limit,
+}
+
+impl Kind {
+    /// Column order of every table, chart and round.
+    pub const ALL: [Kind; 4] = [Kind::Distlock, Kind::Rslock, Kind::Redlock, Kind::Limit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Distlock => "distlock",
+            Kind::Rslock => "rslock",
+            Kind::Redlock => "redlock",
+            Kind::Limit => "limit",
+        }
+    }
+
+    /// Whether the issue's targets apply to this column (our own lock modes).
+    pub fn ours(self) -> bool {
+        matches!(self, Kind::Distlock)
+    }
+
+    /// How the column is set up, printed under the table.
+    pub fn note(self) -> &'static str {
+        match self {
+            Kind::Distlock => {
+                "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or `Client::quorum(urls)` in S4), `client.lock(key).ttl(10 s).wait(w).acquire()`, \
+                 `guard.release()`; everything else at its defaults, as users get it (the watchdog stays on; \
+                 a waiter waits the way distlock waits)."
+            }
+            Kind::Rslock => {
+                "rslock =0.10.0 (features tokio-comp; redis-rs 1.x, the same redis crate as the workspace): \
+                 `LockManager::new(urls)`, `set_retry(3, 2 ms)`, `lock(key, 10 s)`, `Lock::release()`. \
+                 `lock()` makes 3 tries with a uniform [0, 2 ms) pause and has no deadline, and `acquire()` loops forever, \
+                 so the bench wraps `lock()` in its own loop that stops at the wait deadline. \
+                 A failed try also sends its compare-and-delete script to every node. Release returns nothing (best effort)."
+            }
+            Kind::Redlock => {
+                "redlock =2.0.0 (sync; redis-rs 0.23, a second copy): `RedLock::new(urls)`, `set_retry(3, 2)` (ms), \
+                 `lock(key, 10000)`, `unlock(&lock)`. Every call runs in `tokio::task::spawn_blocking` (its `async` \
+                 feature only blocks the runtime thread), which adds one thread hand-off per acquire and per release. \
+                 It opens a new TCP connection for every command; `lock()` has no deadline and sleeps after its \
+                 last failed try too, so the bench loops over `lock()` until the wait deadline."
+            }
+            Kind::Limit => {
+                "limit: the minimal correct commands with redis-rs on one shared MultiplexedConnection: \
+                 `SET key token NX PX 10000`, release by a compare-and-delete `redis::Script` (EVALSHA); \
+                 a busy lock is polled every 1 ms (`tokio::time::sleep`, which rounds up to the 1 ms timer tick)."
+            }
+        }
+    }
+
+    /// Connects to one node (`urls.len() == 1`) or to independent quorum nodes. `Err` says
+    /// why the column cannot run there; the report prints it as "n/a".
+    pub async fn connect(self, urls: &[String]) -> Result<Arc<dyn Column>, String> {
+        let quorum = urls.len() > 1;
+        let failed = |e: &dyn std::fmt::Display| format!("connect failed: {e}");
+        Ok(match self {
+            Kind::Distlock => {
+                let client = if quorum {
+                    distlock::Client::quorum(urls).await
+                } else {
+                    distlock::Client::connect(&urls[0]).await
+                };
+                Arc::new(Distlock(client.map_err(|e| failed(&e))?))
+            }
+            Kind::Rslock => {
+                let mut manager = rslock::LockManager::new(urls.to_vec());
+                manager.set_retry(
+                    PEER_RETRY_COUNT,
+                    Duration::from_millis(PEER_RETRY_DELAY_MS.into()),
+                );
+                Arc::new(Rslock(manager))
+            }
+            Kind::Redlock => {
+                let mut redlock = redlock::RedLock::new(urls.to_vec());
+                redlock.set_retry(PEER_RETRY_COUNT, PEER_RETRY_DELAY_MS);
+                Arc::new(Redlock(Arc::new(redlock)))
+            }
+            Kind::Limit if quorum => return Err("single-node baseline".into()),
+            Kind::Limit => Arc::new(Limit::connect(&urls[0]).await.map_err(|e| failed(&e))?),
+        })
+    }
+}
+
+fn timed_out(key: &str, wait: Duration) -> String {
+    format!("`{key}` still busy after {wait:?}")
+}
+
+struct Distlock(distlock::Client);
+
+impl Column for Distlock {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            let guard = self.0.lock(key).ttl(TTL).wait(wait).acquire().await;
+            guard
+                .map(|g| Box::new(g) as Held)
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl Release for distlock::Guard {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move { (*self).release().await.map_err(|e| e.to_string()) })
+    }
+}
+
+struct Rslock(rslock::LockManager);
+
+impl Column for Rslock {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            let deadline = Instant::now() + wait;
+            loop {
+                match self.0.lock(key, TTL).await {
+                    Ok(lock) => return Ok(Box::new(lock) as Held),
+                    Err(rslock::LockError::Unavailable) if Instant::now() < deadline => {}
+                    Err(rslock::LockError::Unavailable) => return Err(timed_out(key, wait)),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+    }
+}
+
+impl Release for rslock::Lock {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            (*self).release().await;
+            Ok(())
+        })
+    }
+}
+
+struct Redlock(Arc<redlock::RedLock>);
+
+/// redlock's `Lock` borrows its manager, so a held lock keeps the owned parts and rebuilds
+/// the `Lock` (all its fields are public) for `unlock`.
+struct RedlockHeld {
+    manager: Arc<redlock::RedLock>,
+    resource: Vec<u8>,
+    val: Vec<u8>,
+}
+
+impl Column for Redlock {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        let manager = Arc::clone(&self.0);
+        let key = key.to_owned();
+        Box::pin(async move {
+            let deadline = Instant::now() + wait;
+            let taken = tokio::task::spawn_blocking(move || loop {
+                match manager.lock(key.as_bytes(), TTL.as_millis() as usize) {
+                    Ok(Some(lock)) => {
+                        let (resource, val) = (lock.resource, lock.val);
+                        break Ok(RedlockHeld {
+                            manager,
+                            resource,
+                            val,
+                        });
+                    }
+                    Ok(None) if Instant::now() < deadline => {}
+                    Ok(None) => break Err(timed_out(&key, wait)),
+                    Err(e) => break Err(e.to_string()),
+                }
+            });
+            let held = taken.await.map_err(|e| e.to_string())??;
+            Ok(Box::new(held) as Held)
+        })
+    }
+}
+
+impl Release for RedlockHeld {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let lock = redlock::Lock {
+                    resource: self.resource,
+                    val: self.val,
+                    validity_time: 0,
+                    lock_manager: &self.manager,
+                };
+                // Best effort like rslock's: redlock reports nothing back.
+                self.manager.unlock(&lock);
+            })
+            .await
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
+struct Limit {
+    conn: redis::aio::MultiplexedConnection,
+    release: Arc<redis::Script>,
+}
+
+const COMPARE_AND_DELETE: &str = r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0";
+
+impl Limit {
+    async fn connect(url: &str) -> redis::RedisResult<Limit> {
+        let conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(Limit {
+            conn,
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        })
+    }
+}
+
+struct LimitHeld {
+    conn: redis::aio::MultiplexedConnection,
+    release: Arc<redis::Script>,
+    key: String,
+    token: String,
+}
+
+impl Column for Limit {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            // 128 random bits per acquisition, like distlock's owner token.
+            let token = format!("{:032x}", rand::random::<u128>());
+            let deadline = Instant::now() + wait;
+            let mut conn = self.conn.clone();
+            loop {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if set.is_some() {
+                    return Ok(Box::new(LimitHeld {
+                        conn,
+                        release: Arc::clone(&self.release),
+                        key: key.to_owned(),
+                        token,
+                    }) as Held);
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(key, wait));
+                }
+                tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+impl Release for LimitHeld {
+    fn release(mut self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            let deleted: i64 = self
+                .release
+                .key(&self.key)
+                .arg(&self.token)
+                .invoke_async(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            match deleted {
+                1 => Ok(()),
+                _ => Err(format!("`{}` was no longer ours", self.key)),
+            }
+        })
+    }
+}

@@ -1,0 +1,623 @@
+//! Collected figures and their output: the markdown table, the JSON file and the chart.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::columns::Kind;
+use crate::scenarios::{Metrics, Plan, Scenario, S3B_HOLD};
+
+/// The figures of one scenario for one column, round by round.
+#[derive(Debug, Default, Serialize)]
+pub struct Cell {
+    /// Why the column cannot run this scenario at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub na: Option<String>,
+    pub rounds: Vec<Metrics>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// Median across rounds of every figure.
+    pub median: BTreeMap<&'static str, f64>,
+}
+
+impl Cell {
+    fn finish(&mut self) {
+        let names: std::collections::BTreeSet<&'static str> =
+            self.rounds.iter().flat_map(|m| m.keys().copied()).collect();
+        for name in names {
+            let values: Vec<f64> = self
+                .rounds
+                .iter()
+                .filter_map(|m| m.get(name).copied())
+                .collect();
+            self.median.insert(name, median(values));
+        }
+    }
+
+    /// The median of `metric`, or why there is none (printed in its place).
+    fn get(&self, metric: &str) -> Result<f64, String> {
+        if let Some(reason) = &self.na {
+            return Err(format!("n/a ({reason})"));
+        }
+        if let Some(value) = self.median.get(metric) {
+            return Ok(*value);
+        }
+        match self.errors.first() {
+            Some(error) => Err(format!("error: {error}")),
+            None => Err("n/a".into()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Meta {
+    pub command: String,
+    pub date_utc: String,
+    pub cores: usize,
+    pub redis_server: String,
+    /// `/proc/loadavg` before the first and after the last round.
+    pub load_average_before: String,
+    pub load_average_after: String,
+    pub quick: bool,
+    pub plan: Plan,
+    /// The order in which columns ran in round 1; each later round starts one column later.
+    pub columns: Vec<&'static str>,
+    pub notes: BTreeMap<&'static str, &'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub meta: Meta,
+    /// One `PING` round trip, p50 per round.
+    pub ping_p50_us: Vec<f64>,
+    /// An empty `spawn_blocking` round trip, p50 per round (redlock's per-call overhead).
+    pub spawn_blocking_p50_us: Vec<f64>,
+    /// scenario id -> column -> figures.
+    pub scenarios: BTreeMap<&'static str, BTreeMap<&'static str, Cell>>,
+    /// One S3 run per column under MONITOR: client requests and Lua calls per acquisition.
+    pub accounting: BTreeMap<&'static str, Cell>,
+    pub targets: Vec<Target>,
+}
+
+impl Results {
+    pub fn new(meta: Meta) -> Results {
+        Results {
+            meta,
+            ping_p50_us: Vec::new(),
+            spawn_blocking_p50_us: Vec::new(),
+            scenarios: BTreeMap::new(),
+            accounting: BTreeMap::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    pub fn cell(&mut self, scenario: Scenario, kind: Kind) -> &mut Cell {
+        self.scenarios
+            .entry(scenario.id())
+            .or_default()
+            .entry(kind.name())
+            .or_default()
+    }
+
+    fn value(&self, scenario: &str, kind: Kind, metric: &str) -> Result<f64, String> {
+        self.find(scenario, kind)
+            .map_or_else(|| Err("n/a".into()), |cell| cell.get(metric))
+    }
+
+    fn find(&self, scenario: &str, kind: Kind) -> Option<&Cell> {
+        let cells = if scenario == ACCOUNTING {
+            Some(&self.accounting)
+        } else {
+            self.scenarios.get(scenario)
+        };
+        cells?.get(kind.name())
+    }
+
+    fn ping_us(&self) -> f64 {
+        median(self.ping_p50_us.clone())
+    }
+
+    /// Acquisitions/s if every hand-off cost exactly one round trip (S3b's yardstick).
+    fn s3b_ideal(&self) -> f64 {
+        1.0 / (S3B_HOLD.as_secs_f64() + self.ping_us() / 1e6)
+    }
+
+    /// Computes the medians and the target verdicts; call once after the last round.
+    pub fn finish(&mut self) {
+        for cell in self.scenarios.values_mut().flat_map(|c| c.values_mut()) {
+            cell.finish();
+        }
+        for cell in self.accounting.values_mut() {
+            cell.finish();
+        }
+        self.targets = TARGETS.iter().map(|t| t.judge(self)).collect();
+    }
+
+    pub fn write(&self, out: &Path) -> Result<String, String> {
+        std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let markdown = self.markdown();
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        for (name, text) in [("bench.md", &markdown), ("bench.json", &json)] {
+            let path = out.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        crate::chart::draw(self, &out.join("bench.svg"))?;
+        Ok(markdown)
+    }
+
+    /// (column, value) pairs for the chart.
+    pub fn series(&self, scenario: &str, metric: &str) -> Vec<(&'static str, Option<f64>)> {
+        Kind::ALL
+            .iter()
+            .map(|&kind| (kind.name(), self.value(scenario, kind, metric).ok()))
+            .collect()
+    }
+
+    fn markdown(&self) -> String {
+        let m = &self.meta;
+        let mut s = String::new();
+        let _ = writeln!(s, "# distlock benchmark\n");
+        let _ = writeln!(s, "- command: `{}`", m.command);
+        let _ = writeln!(
+            s,
+            "- date: {} · rounds: {}{} · cores: {} · redis-server {}",
+            m.date_utc,
+            m.plan.rounds,
+            if m.quick { " (--quick)" } else { "" },
+            m.cores,
+            m.redis_server
+        );
+        let _ = writeln!(
+            s,
+            "- one round trip (PING p50): {:.1} µs · empty spawn_blocking round trip p50: {:.1} µs",
+            self.ping_us(),
+            median(self.spawn_blocking_p50_us.clone())
+        );
+        let _ = writeln!(
+            s,
+            "- load average (1/5/15 min) before: {} · after: {}",
+            m.load_average_before, m.load_average_after
+        );
+        let _ = writeln!(
+            s,
+            "- all columns run interleaved in one process: each round runs each scenario for each column, \
+             the starting column rotating per round; within S1/S4 the columns take turns of 50 cycles, \
+             within S2 turns of 250 ms; figures are medians across rounds\n"
+        );
+
+        let mut header = "| scenario | figure |".to_owned();
+        let mut rule = "|---|---|".to_owned();
+        for kind in Kind::ALL {
+            let _ = write!(header, " {} |", kind.name());
+            rule.push_str("---:|");
+        }
+        let _ = writeln!(s, "{header} target |\n{rule}---|");
+        for row in self.rows() {
+            let _ = write!(s, "| {} | {} |", row.scenario, row.label);
+            for value in row.values {
+                let _ = write!(s, " {value} |");
+            }
+            let _ = writeln!(s, " {} |", row.target);
+        }
+
+        let _ = writeln!(s, "\n## Targets\n");
+        for t in &self.targets {
+            let verdicts: Vec<String> = t.verdicts.iter().map(Verdict::to_string).collect();
+            let figure = ROWS
+                .iter()
+                .find(|r| r.scenario == t.scenario && r.metric == t.metric)
+                .map_or(t.metric, |r| r.label);
+            let _ = writeln!(
+                s,
+                "- {} {figure} {}: {}",
+                t.scenario,
+                t.goal,
+                verdicts.join("; ")
+            );
+        }
+
+        let _ = writeln!(s, "\n## Definitions\n");
+        for line in DEFINITIONS {
+            let _ = writeln!(s, "- {line}");
+        }
+        let _ = writeln!(s, "\n## Columns\n");
+        for kind in Kind::ALL {
+            let _ = writeln!(s, "- {}", kind.note());
+        }
+        s
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        for spec in ROWS {
+            let values = Kind::ALL
+                .iter()
+                .map(|&kind| match self.value(spec.scenario, kind, spec.metric) {
+                    Ok(v) => {
+                        // A median over the rounds that worked must not hide the others.
+                        let failed = self.find(spec.scenario, kind).map_or(0, |c| c.errors.len());
+                        match failed {
+                            0 => spec.fmt.show(v),
+                            n => format!("{} (failed in {n} rounds)", spec.fmt.show(v)),
+                        }
+                    }
+                    Err(why) => why,
+                })
+                .collect();
+            let target = self
+                .targets
+                .iter()
+                .filter(|t| t.scenario == spec.scenario && t.metric == spec.metric)
+                .map(Target::cell)
+                .collect::<Vec<_>>()
+                .join("<br>");
+            let label = if spec.scenario == "S3b" && spec.metric == "acq_per_s" {
+                format!("{} (ideal {:.0})", spec.label, self.s3b_ideal())
+            } else {
+                spec.label.to_owned()
+            };
+            // The scenario's title only on its first row.
+            let first = rows.last().is_none_or(|r| r.id != spec.scenario);
+            rows.push(Row {
+                id: spec.scenario,
+                scenario: if first { title(spec.scenario) } else { "" },
+                label,
+                values,
+                target,
+            });
+        }
+        for (id, scenario) in STUBS {
+            rows.push(Row {
+                id,
+                scenario,
+                label: "—".into(),
+                values: Kind::ALL
+                    .iter()
+                    .map(|_| "n/a (not built yet)".into())
+                    .collect(),
+                target: String::new(),
+            });
+        }
+        rows
+    }
+}
+
+/// Scenario id of the MONITOR pass in `Results::value`.
+const ACCOUNTING: &str = "S3 MONITOR";
+
+fn title(id: &str) -> &'static str {
+    Scenario::ALL
+        .iter()
+        .find(|s| s.id() == id)
+        .map_or("", |s| s.title())
+}
+
+struct Row {
+    id: &'static str,
+    scenario: &'static str,
+    label: String,
+    values: Vec<String>,
+    target: String,
+}
+
+struct RowSpec {
+    scenario: &'static str,
+    label: &'static str,
+    metric: &'static str,
+    fmt: Fmt,
+}
+
+const fn row(
+    scenario: &'static str,
+    label: &'static str,
+    metric: &'static str,
+    fmt: Fmt,
+) -> RowSpec {
+    RowSpec {
+        scenario,
+        label,
+        metric,
+        fmt,
+    }
+}
+
+const ROWS: &[RowSpec] = &[
+    row("S1", "p50 µs / cycle", "p50_us", Fmt::Micros),
+    row("S1", "p99 µs / cycle", "p99_us", Fmt::Micros),
+    row("S2", "cycles/s", "cycles_per_s", Fmt::Rate),
+    row("S3", "acquisitions/s", "acq_per_s", Fmt::Rate),
+    row("S3", "hand-off p99 µs", "handoff_p99_us", Fmt::Micros),
+    row(
+        "S3",
+        "per-task min/max acquisitions",
+        "fairness",
+        Fmt::Ratio,
+    ),
+    row(
+        "S3",
+        "commands/acq (commandstats, incl. Lua calls)",
+        "cmds_per_acq",
+        Fmt::Ratio,
+    ),
+    row("S3", "max occupancy", "max_occupancy", Fmt::Count),
+    row(
+        ACCOUNTING,
+        "client requests/acq (MONITOR pass)",
+        "requests_per_acq",
+        Fmt::Ratio,
+    ),
+    row(
+        ACCOUNTING,
+        "Lua calls/acq (MONITOR pass)",
+        "lua_calls_per_acq",
+        Fmt::Ratio,
+    ),
+    row("S3b", "acquisitions/s", "acq_per_s", Fmt::Rate),
+    row("S3b", "hand-off p99 µs", "handoff_p99_us", Fmt::Micros),
+    row(
+        "S3b",
+        "per-task min/max acquisitions",
+        "fairness",
+        Fmt::Ratio,
+    ),
+    row(
+        "S3b",
+        "commands/acq (commandstats, incl. Lua calls)",
+        "cmds_per_acq",
+        Fmt::Ratio,
+    ),
+    row("S3b", "max occupancy", "max_occupancy", Fmt::Count),
+    row("S4", "p50 µs / cycle", "p50_us", Fmt::Micros),
+    row("S4", "p99 µs / cycle", "p99_us", Fmt::Micros),
+];
+
+/// Scenarios still to come: their rows are printed so the table's shape is stable.
+const STUBS: [(&str, &str); 2] = [
+    ("S5", "S5 annotated fn vs hand-written lock"),
+    ("S6", "S6 10,000 held locks under the watchdog"),
+];
+
+#[derive(Clone, Copy)]
+enum Fmt {
+    Micros,
+    Rate,
+    Ratio,
+    Count,
+}
+
+impl Fmt {
+    fn show(self, v: f64) -> String {
+        match self {
+            Fmt::Micros if v < 100.0 => format!("{v:.1}"),
+            Fmt::Micros | Fmt::Rate | Fmt::Count => format!("{v:.0}"),
+            Fmt::Ratio => format!("{v:.2}"),
+        }
+    }
+}
+
+/// One of the issue's targets with its verdict per column.
+#[derive(Debug, Serialize)]
+pub struct Target {
+    pub scenario: &'static str,
+    pub metric: &'static str,
+    pub goal: &'static str,
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Target {
+    fn cell(&self) -> String {
+        let verdicts: Vec<String> = self.verdicts.iter().map(Verdict::to_string).collect();
+        format!("{}: {}", self.goal, verdicts.join(", "))
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Verdict {
+    pub column: &'static str,
+    /// `None` when the figure is missing.
+    pub pass: Option<bool>,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pass {
+            Some(true) => write!(f, "{} pass ({})", self.column, self.detail),
+            Some(false) => write!(f, "{} **miss** ({})", self.column, self.detail),
+            // The detail already says why: "n/a (no quorum mode yet)", "error: ...".
+            None => write!(f, "{} {}", self.column, self.detail),
+        }
+    }
+}
+
+type Judge = fn(&Results, Kind) -> Result<(bool, String), String>;
+
+struct TargetSpec {
+    scenario: &'static str,
+    metric: &'static str,
+    goal: &'static str,
+    /// Judged for every column (a correctness check), not only ours.
+    every_column: bool,
+    judge: Judge,
+}
+
+impl TargetSpec {
+    fn judge(&self, results: &Results) -> Target {
+        let verdicts = Kind::ALL
+            .iter()
+            .filter(|k| k.ours() || self.every_column)
+            .map(|&kind| match (self.judge)(results, kind) {
+                Ok((pass, detail)) => Verdict {
+                    column: kind.name(),
+                    pass: Some(pass),
+                    detail,
+                },
+                Err(why) => Verdict {
+                    column: kind.name(),
+                    pass: None,
+                    detail: why,
+                },
+            })
+            .collect();
+        Target {
+            scenario: self.scenario,
+            metric: self.metric,
+            goal: self.goal,
+            verdicts,
+        }
+    }
+}
+
+/// `ours / limit's` figure of the same scenario, checked against `bound`.
+fn versus_limit(
+    r: &Results,
+    kind: Kind,
+    scenario: &str,
+    metric: &str,
+    bound: f64,
+    at_most: bool,
+) -> Result<(bool, String), String> {
+    let ours = r.value(scenario, kind, metric)?;
+    let limit = r
+        .value(scenario, Kind::Limit, metric)
+        .map_err(|e| format!("limit: {e}"))?;
+    let ratio = ours / limit;
+    let pass = if at_most {
+        ratio <= bound
+    } else {
+        ratio >= bound
+    };
+    Ok((pass, format!("{ratio:.2}× limit")))
+}
+
+fn absolute(
+    r: &Results,
+    kind: Kind,
+    scenario: &str,
+    metric: &str,
+    pass: fn(f64) -> bool,
+) -> Result<(bool, String), String> {
+    let value = r.value(scenario, kind, metric)?;
+    Ok((pass(value), format!("{value:.2}")))
+}
+
+const TARGETS: &[TargetSpec] = &[
+    TargetSpec {
+        scenario: "S1",
+        metric: "p50_us",
+        goal: "≤ 1.15× limit",
+        every_column: false,
+        judge: |r, k| versus_limit(r, k, "S1", "p50_us", 1.15, true),
+    },
+    TargetSpec {
+        scenario: "S2",
+        metric: "cycles_per_s",
+        goal: "≥ 0.85× limit",
+        every_column: false,
+        judge: |r, k| versus_limit(r, k, "S2", "cycles_per_s", 0.85, false),
+    },
+    TargetSpec {
+        scenario: "S3",
+        metric: "acq_per_s",
+        goal: "≥ limit",
+        every_column: false,
+        judge: |r, k| versus_limit(r, k, "S3", "acq_per_s", 1.0, false),
+    },
+    TargetSpec {
+        scenario: "S3",
+        metric: "fairness",
+        goal: "≥ 0.7",
+        every_column: false,
+        judge: |r, k| absolute(r, k, "S3", "fairness", |v| v >= 0.7),
+    },
+    TargetSpec {
+        scenario: "S3",
+        metric: "cmds_per_acq",
+        goal: "≤ 3 (as commandstats counts)",
+        every_column: false,
+        judge: |r, k| absolute(r, k, "S3", "cmds_per_acq", |v| v <= 3.0),
+    },
+    TargetSpec {
+        scenario: ACCOUNTING,
+        metric: "requests_per_acq",
+        goal: "≤ 3 (as client requests)",
+        every_column: false,
+        judge: |r, k| absolute(r, k, ACCOUNTING, "requests_per_acq", |v| v <= 3.0),
+    },
+    TargetSpec {
+        scenario: "S3",
+        metric: "max_occupancy",
+        goal: "= 1",
+        every_column: true,
+        judge: |r, k| absolute(r, k, "S3", "max_occupancy", |v| v == 1.0),
+    },
+    TargetSpec {
+        scenario: "S3b",
+        metric: "max_occupancy",
+        goal: "= 1",
+        every_column: true,
+        judge: |r, k| absolute(r, k, "S3b", "max_occupancy", |v| v == 1.0),
+    },
+    TargetSpec {
+        scenario: "S3b",
+        metric: "acq_per_s",
+        goal: "≥ 0.9× ideal",
+        every_column: false,
+        judge: |r, k| {
+            let ratio = r.value("S3b", k, "acq_per_s")? / r.s3b_ideal();
+            Ok((ratio >= 0.9, format!("{ratio:.2}× ideal")))
+        },
+    },
+    TargetSpec {
+        scenario: "S4",
+        metric: "p50_us",
+        goal: "≤ 1.5× limit's S1 p50 and below rslock and redlock",
+        every_column: false,
+        judge: |r, k| {
+            let ours = r.value("S4", k, "p50_us")?;
+            let limit = r
+                .value("S1", Kind::Limit, "p50_us")
+                .map_err(|e| format!("limit S1: {e}"))?;
+            let ratio = ours / limit;
+            let mut pass = ratio <= 1.5;
+            let mut detail = format!("{ratio:.2}× limit S1");
+            for peer in [Kind::Rslock, Kind::Redlock] {
+                match r.value("S4", peer, "p50_us") {
+                    Ok(theirs) => {
+                        pass &= ours < theirs;
+                        detail += &format!(", {:.2}× {}", ours / theirs, peer.name());
+                    }
+                    Err(_) => {
+                        pass = false;
+                        detail += &format!(", {} missing", peer.name());
+                    }
+                }
+            }
+            Ok((pass, detail))
+        },
+    },
+];
+
+const DEFINITIONS: &[&str] = &[
+    "p50/p99 µs / cycle: one `acquire` (wait 10 s, ttl 10 s) plus `release`, timed from the acquire call to the release's return; nearest-rank percentiles per round.",
+    "S2 cycles/s: all cycles of the 32 tasks divided by the time the column's turns took, each turn until its last task finished (tasks start no new cycle after the turn's 250 ms).",
+    "S3/S3b: each task loops acquire, spin for the hold, release; acquisitions/s over the time until the last task finished.",
+    "hand-off: from the instant holder k is about to call release (timestamp taken just before the call) to the return of the next successful acquire, by whichever task; recorded on one shared timeline.",
+    "per-task min/max acquisitions: fewest acquisitions of any of the 8 tasks divided by the most.",
+    "commands/acq (commandstats): `INFO commandstats` calls delta over the timed run, without the snapshots' own INFO and CLIENT SETINFO, divided by acquisitions. Redis counts every `redis.call` inside a script as a command, so a Lua release alone counts 3 (EVALSHA, GET, DEL).",
+    "client requests/acq (MONITOR pass): one extra untimed 200 µs-hold run per column with MONITOR attached, counting the commands clients sent (lines not tagged `lua`), divided by acquisitions; Lua calls/acq counts the `lua`-tagged lines.",
+    "max occupancy: most tasks inside the critical section at once, from an in-process atomic counter; anything but 1 is a mutual-exclusion failure.",
+    "S3b ideal: 1 / (5 ms hold + one PING round trip), the rate if each hand-off cost a single round trip.",
+    "S4: the same sequential cycle against five independent redis-server nodes (quorum 3).",
+];
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}

@@ -1,0 +1,497 @@
+//! The scenarios. Each run drives one column for one round and returns its figures by name;
+//! `main` interleaves the columns within every round.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock_testkit::RedisServer;
+
+use crate::columns::Column;
+
+/// Figures of one run by name, e.g. `p50_us`.
+pub type Metrics = BTreeMap<&'static str, f64>;
+
+/// How long any acquire may wait. Equal to the ttl: in a healthy run nothing waits this long.
+const WAIT: Duration = crate::columns::TTL;
+const S2_TASKS: usize = 32;
+const S3_TASKS: usize = 8;
+pub const S3_HOLD: Duration = Duration::from_micros(200);
+pub const S3B_HOLD: Duration = Duration::from_millis(5);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    S1,
+    S2,
+    S3,
+    S3b,
+    S4,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::S1,
+        Scenario::S2,
+        Scenario::S3,
+        Scenario::S3b,
+        Scenario::S4,
+    ];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Scenario::S1 => "S1",
+            Scenario::S2 => "S2",
+            Scenario::S3 => "S3",
+            Scenario::S3b => "S3b",
+            Scenario::S4 => "S4",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Scenario::S1 => "S1 uncontended acquire+release, 1 task",
+            Scenario::S2 => "S2 32 tasks, distinct keys",
+            Scenario::S3 => "S3 8 tasks, one key, hold 200 µs",
+            Scenario::S3b => "S3b 8 tasks, one key, hold 5 ms",
+            Scenario::S4 => "S4 5-node quorum acquire+release, 1 task",
+        }
+    }
+
+    /// Runs on the five independent nodes instead of the single one.
+    pub fn quorum(self) -> bool {
+        self == Scenario::S4
+    }
+}
+
+/// Sizes of one round; `--quick` shrinks them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    pub rounds: usize,
+    pub s1_cycles: usize,
+    pub s4_cycles: usize,
+    pub ping_count: usize,
+    pub s2_duration: Duration,
+    pub s3_duration: Duration,
+    /// Length of the one extra S3 run per column under MONITOR (outside the timed rounds).
+    pub accounting_duration: Duration,
+    pub warmup_cycles: usize,
+}
+
+impl Plan {
+    pub fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                rounds: 3,
+                s1_cycles: 500,
+                s4_cycles: 200,
+                ping_count: 500,
+                s2_duration: Duration::from_millis(500),
+                s3_duration: Duration::from_secs(1),
+                accounting_duration: Duration::from_millis(500),
+                warmup_cycles: 50,
+            }
+        } else {
+            Plan {
+                rounds: 7,
+                s1_cycles: 2_000,
+                s4_cycles: 1_000,
+                ping_count: 2_000,
+                s2_duration: Duration::from_secs(2),
+                s3_duration: Duration::from_secs(3),
+                accounting_duration: Duration::from_secs(1),
+                warmup_cycles: 200,
+            }
+        }
+    }
+}
+
+/// Cycles per turn of a column in S1/S4. Short turns spread a burst of machine noise (other
+/// processes on this 2-core machine) over every column instead of the one running then.
+const SLICE_CYCLES: usize = 50;
+/// Length of a column's turn in S2.
+const S2_SLICE: Duration = Duration::from_millis(250);
+
+/// One column's part of a round. `key` is unique per scenario, column and round, so a lock
+/// left behind by one run can never slow down another.
+pub struct Entry<'a> {
+    pub column: &'a Arc<dyn Column>,
+    pub key: String,
+}
+
+/// One round of `scenario` for all `entries`, in their order; results in the same order.
+pub async fn run_round(
+    scenario: Scenario,
+    entries: &[Entry<'_>],
+    plan: &Plan,
+    server: &RedisServer,
+) -> Vec<Result<Metrics, String>> {
+    match scenario {
+        Scenario::S1 => latency(entries, plan.s1_cycles).await,
+        Scenario::S4 => latency(entries, plan.s4_cycles).await,
+        Scenario::S2 => throughput(entries, plan.s2_duration).await,
+        // Whole runs: fairness and hand-off need one long stretch of contention.
+        Scenario::S3 | Scenario::S3b => {
+            let hold = if scenario == Scenario::S3 {
+                S3_HOLD
+            } else {
+                S3B_HOLD
+            };
+            let mut results = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let before = server.commandstats();
+                let run = contended(entry.column, &entry.key, hold, plan.s3_duration).await;
+                let commands = lock_commands(&before, &server.commandstats());
+                results.push(run.map(|run| {
+                    let acquisitions = run.acquisitions() as f64;
+                    let mut metrics = run.metrics();
+                    metrics.insert("cmds_per_acq", commands as f64 / acquisitions);
+                    metrics
+                }));
+            }
+            results
+        }
+    }
+}
+
+/// Sequential acquire+release cycles, the columns taking turns of `SLICE_CYCLES`: p50/p99
+/// per cycle.
+async fn latency(entries: &[Entry<'_>], cycles: usize) -> Vec<Result<Metrics, String>> {
+    let mut samples: Vec<Result<Vec<Duration>, String>> = entries
+        .iter()
+        .map(|_| Ok(Vec::with_capacity(cycles)))
+        .collect();
+    for start in (0..cycles).step_by(SLICE_CYCLES) {
+        let turn = SLICE_CYCLES.min(cycles - start);
+        for (entry, samples) in entries.iter().zip(&mut samples) {
+            let failed = match samples {
+                Ok(done) => sequential(entry, turn, done).await.err(),
+                Err(_) => None,
+            };
+            if let Some(e) = failed {
+                *samples = Err(e);
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|samples| {
+            let mut samples = samples?;
+            samples.sort_unstable();
+            Ok(Metrics::from([
+                ("p50_us", micros(percentile(&samples, 0.50))),
+                ("p99_us", micros(percentile(&samples, 0.99))),
+            ]))
+        })
+        .collect()
+}
+
+async fn sequential(
+    entry: &Entry<'_>,
+    cycles: usize,
+    samples: &mut Vec<Duration>,
+) -> Result<(), String> {
+    for _ in 0..cycles {
+        let started = Instant::now();
+        entry
+            .column
+            .acquire(&entry.key, WAIT)
+            .await?
+            .release()
+            .await?;
+        samples.push(started.elapsed());
+    }
+    Ok(())
+}
+
+/// 32 tasks per column, each cycling on its own key, the columns taking turns of `S2_SLICE`:
+/// all cycles over all the time the column's turns took.
+async fn throughput(entries: &[Entry<'_>], duration: Duration) -> Vec<Result<Metrics, String>> {
+    let turns = (duration.as_secs_f64() / S2_SLICE.as_secs_f64())
+        .round()
+        .max(1.0) as usize;
+    let mut totals: Vec<Result<(u64, Duration), String>> =
+        entries.iter().map(|_| Ok((0, Duration::ZERO))).collect();
+    for _ in 0..turns {
+        for (entry, total) in entries.iter().zip(&mut totals) {
+            let failed = match total {
+                Ok((cycles, elapsed)) => match distinct_keys(entry, S2_SLICE).await {
+                    Ok((c, e)) => {
+                        *cycles += c;
+                        *elapsed += e;
+                        None
+                    }
+                    Err(e) => Some(e),
+                },
+                Err(_) => None,
+            };
+            if let Some(e) = failed {
+                *total = Err(e);
+            }
+        }
+    }
+    totals
+        .into_iter()
+        .map(|total| {
+            let (cycles, elapsed) = total?;
+            Ok(Metrics::from([(
+                "cycles_per_s",
+                cycles as f64 / elapsed.as_secs_f64(),
+            )]))
+        })
+        .collect()
+}
+
+/// One turn of S2: cycles done, and the time until the last task finished (cycles that ran
+/// past the turn's end are counted, so their time is too).
+async fn distinct_keys(entry: &Entry<'_>, duration: Duration) -> Result<(u64, Duration), String> {
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..S2_TASKS)
+        .map(|i| {
+            let column = Arc::clone(entry.column);
+            let key = format!("{}:{i}", entry.key);
+            tokio::spawn(async move {
+                let mut cycles = 0u64;
+                while Instant::now() < deadline {
+                    column.acquire(&key, WAIT).await?.release().await?;
+                    cycles += 1;
+                }
+                Ok::<_, String>(cycles)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.map_err(|e| e.to_string())??;
+    }
+    Ok((total, started.elapsed()))
+}
+
+/// What the contended tasks saw. Hand-off: from the moment holder k is about to call
+/// release to the moment the next successful acquire (any task's) returns.
+struct Contended {
+    elapsed: Duration,
+    per_task: Vec<u64>,
+    handoffs: Vec<Duration>,
+    max_occupancy: usize,
+}
+
+impl Contended {
+    fn acquisitions(&self) -> u64 {
+        self.per_task.iter().sum()
+    }
+
+    fn metrics(mut self) -> Metrics {
+        self.handoffs.sort_unstable();
+        let min = self.per_task.iter().min().copied().unwrap_or(0);
+        let max = self.per_task.iter().max().copied().unwrap_or(0);
+        Metrics::from([
+            (
+                "acq_per_s",
+                self.acquisitions() as f64 / self.elapsed.as_secs_f64(),
+            ),
+            ("handoff_p50_us", micros(percentile(&self.handoffs, 0.50))),
+            ("handoff_p99_us", micros(percentile(&self.handoffs, 0.99))),
+            ("fairness", min as f64 / max.max(1) as f64),
+            ("max_occupancy", self.max_occupancy as f64),
+        ])
+    }
+}
+
+#[derive(Default)]
+struct Probe {
+    inside: AtomicUsize,
+    max_inside: AtomicUsize,
+    /// When the last holder was about to release, and the hand-offs measured so far. One
+    /// mutex: holders are serialised by the lock anyway, so it is never contended for long.
+    timeline: Mutex<(Option<Instant>, Vec<Duration>)>,
+}
+
+/// 8 tasks take turns on one key, each holding it for `hold` (a spin, so the hold is exact
+/// and costs CPU like real work), for a fixed time.
+async fn contended(
+    column: &Arc<dyn Column>,
+    key: &str,
+    hold: Duration,
+    duration: Duration,
+) -> Result<Contended, String> {
+    let probe = Arc::new(Probe::default());
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..S3_TASKS)
+        .map(|_| {
+            let (column, probe, key) = (Arc::clone(column), Arc::clone(&probe), key.to_owned());
+            tokio::spawn(async move {
+                let mut acquisitions = 0u64;
+                while Instant::now() < deadline {
+                    let held = column.acquire(&key, WAIT).await?;
+                    let acquired = Instant::now();
+                    {
+                        let mut timeline = probe.timeline.lock().expect("timeline");
+                        if let Some(released) = timeline.0.take() {
+                            timeline
+                                .1
+                                .push(acquired.saturating_duration_since(released));
+                        }
+                    }
+                    let inside = probe.inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    probe.max_inside.fetch_max(inside, Ordering::SeqCst);
+                    let until = Instant::now() + hold;
+                    while Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                    probe.inside.fetch_sub(1, Ordering::SeqCst);
+                    probe.timeline.lock().expect("timeline").0 = Some(Instant::now());
+                    held.release().await?;
+                    acquisitions += 1;
+                }
+                Ok::<_, String>(acquisitions)
+            })
+        })
+        .collect();
+    let mut per_task = Vec::with_capacity(S3_TASKS);
+    for task in tasks {
+        per_task.push(task.await.map_err(|e| e.to_string())??);
+    }
+    let elapsed = started.elapsed();
+    let handoffs = std::mem::take(&mut probe.timeline.lock().expect("timeline").1);
+    Ok(Contended {
+        elapsed,
+        per_task,
+        handoffs,
+        max_occupancy: probe.max_inside.load(Ordering::SeqCst),
+    })
+}
+
+/// Commands the server executed between two `INFO commandstats` snapshots, without the
+/// snapshots' own (`INFO`, and `CLIENT SETINFO` from the kit's fresh connection). Calls made
+/// inside Lua scripts count: Redis counts them like any other command.
+fn lock_commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "client|setinfo"))
+        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .sum()
+}
+
+/// An S3 run (200 µs hold) under `MONITOR`, outside the timed rounds: MONITOR tells the
+/// requests clients sent from the calls scripts made, which `INFO commandstats` cannot.
+pub async fn count_requests(
+    column: &Arc<dyn Column>,
+    key: &str,
+    duration: Duration,
+    server: &RedisServer,
+) -> Result<Metrics, String> {
+    let monitor = Monitor::start(&server.addr()).map_err(|e| format!("MONITOR: {e}"))?;
+    let run = contended(column, key, S3_HOLD, duration).await;
+    let (requests, lua_calls) = monitor.finish().map_err(|e| format!("MONITOR: {e}"))?;
+    let acquisitions = run?.acquisitions() as f64;
+    Ok(Metrics::from([
+        ("requests_per_acq", requests as f64 / acquisitions),
+        ("lua_calls_per_acq", lua_calls as f64 / acquisitions),
+    ]))
+}
+
+const MONITOR_END: &str = "distlock-bench-monitor-end";
+
+struct Monitor {
+    addr: String,
+    counter: std::thread::JoinHandle<std::io::Result<(u64, u64)>>,
+}
+
+impl Monitor {
+    fn start(addr: &str) -> std::io::Result<Monitor> {
+        let mut stream = TcpStream::connect(addr)?;
+        stream.write_all(b"MONITOR\r\n")?;
+        let mut lines = BufReader::new(stream);
+        let mut ok = String::new();
+        lines.read_line(&mut ok)?; // "+OK": from here on every command is a line
+                                   // A thread of its own: counting must not take turns with the tasks being measured.
+        let counter = std::thread::spawn(move || {
+            let (mut requests, mut lua_calls) = (0, 0);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                if lines.read_until(b'\n', &mut line)? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                if contains(&line, MONITOR_END.as_bytes()) {
+                    return Ok((requests, lua_calls));
+                }
+                // `+<time> [<db> lua] "GET" ...` for calls from scripts, `[<db> <addr>]` else.
+                if contains(&line, b" lua] ") {
+                    lua_calls += 1;
+                } else {
+                    requests += 1;
+                }
+            }
+        });
+        Ok(Monitor {
+            addr: addr.to_owned(),
+            counter,
+        })
+    }
+
+    /// Ends the count with a marker command sent on a raw connection (a redis-rs connection
+    /// would first send its own `CLIENT SETINFO`, which would be counted).
+    fn finish(self) -> std::io::Result<(u64, u64)> {
+        let mut stream = TcpStream::connect(&self.addr)?;
+        stream.write_all(format!("ECHO {MONITOR_END}\r\n").as_bytes())?;
+        self.counter.join().expect("monitor thread")
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// p50 of `PING` on one multiplexed connection: one round trip, the floor of any command.
+pub async fn ping_p50(url: &str, count: usize) -> Result<f64, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        samples.push(started.elapsed());
+    }
+    samples.sort_unstable();
+    Ok(micros(percentile(&samples, 0.50)))
+}
+
+/// p50 of an empty `spawn_blocking` round trip: the cost the redlock column pays per call
+/// for running a blocking client under Tokio.
+pub async fn spawn_blocking_p50(count: usize) -> f64 {
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = Instant::now();
+        tokio::task::spawn_blocking(|| ())
+            .await
+            .expect("empty task");
+        samples.push(started.elapsed());
+    }
+    samples.sort_unstable();
+    micros(percentile(&samples, 0.50))
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
