@@ -183,6 +183,44 @@ impl Client {
         LockRequest::new(self, &reentrant::REENTRANT, name.as_ref())
     }
 
+    /// The shared side of a read/write lock: any number of tasks may hold it together, never
+    /// while a task holds [`write`](Self::write) of the same name. Reentrant per task like
+    /// [`reentrant`](Self::reentrant). Writers are preferred: while a writer waits, new
+    /// readers wait too (tasks already reading may re-enter), so readers cannot starve it.
+    ///
+    /// A read guard's [`fencing_token`](crate::Guard::fencing_token) is the token of the
+    /// latest write (0 before the first): reads share it instead of each drawing a new one.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// let doc = locks.read("doc:7").acquire().await?;
+    /// // ... read the document; other readers may be here too, writers are not ...
+    /// doc.release().await
+    /// # }
+    /// ```
+    pub fn read(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(self, &crate::rwlock::READ, name.as_ref())
+    }
+
+    /// The exclusive side of a read/write lock: one task at a time, and no readers. Reentrant
+    /// per task; every write acquisition draws a new, larger fencing token. The writer may
+    /// also take [`read`](Self::read) and then release the write guard to keep reading
+    /// (downgrade). A task holding only the read lock gets [`Error::Upgrade`] at once instead
+    /// of waiting forever: release the read lock first, or take the write lock from the start.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// let write = locks.write("doc:7").acquire().await?;
+    /// // ... change the document, passing write.fencing_token() to the store ...
+    /// let read = locks.read("doc:7").try_acquire().await?; // the writer may always read
+    /// write.release().await?; // downgraded: still reading, other readers may join
+    /// read.release().await
+    /// # }
+    /// ```
+    pub fn write(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(self, &crate::rwlock::WRITE, name.as_ref())
+    }
+
     /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).
     pub fn renewal_round_trips(&self) -> u64 {
         self.inner.watchdog.round_trips()

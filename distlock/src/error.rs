@@ -104,6 +104,14 @@ pub enum Error {
         key: String,
     },
 
+    /// A task holding only the read lock asked for the write lock of the same name. Refused at
+    /// once: two readers upgrading at the same time would each wait for the other forever.
+    #[error("lock `{key}` is held for reading by this task and cannot be upgraded to write: release the read lock first, or take the write lock from the start")]
+    Upgrade {
+        /// The lock's name.
+        key: String,
+    },
+
     /// The key holds a value that is not one of this library's locks (another type, or a plain
     /// string without expiry). It was left untouched.
     #[error("a key of lock `{key}` holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)")]
@@ -177,6 +185,8 @@ impl Error {
             | Error::LeaseLost { .. }
             | Error::QuorumNotReached { .. } => true,
             Error::Redis { source, .. } => is_transient(source),
+            // Fails the same way until the task releases its read lock.
+            Error::Upgrade { .. } => false,
             _ => false,
         }
     }
@@ -190,6 +200,7 @@ impl Error {
             | Error::NotOwner { key }
             | Error::QuorumNotReached { key, .. }
             | Error::Reentrant { key }
+            | Error::Upgrade { key }
             | Error::WrongType { key, .. }
             | Error::InvalidKey { key, .. } => Some(key),
             Error::Redis { key, .. } => key.as_deref(),
@@ -198,6 +209,13 @@ impl Error {
     }
 
     pub(crate) fn redis(op: Op, key: &str, source: redis::RedisError) -> Self {
+        // The read/write lock's script refuses an upgrade with its own error code: the
+        // acquire reply convention has no shape for "refused for good" (see crate::rwlock).
+        if source.code() == Some(crate::rwlock::UPGRADE_REFUSED) {
+            return Error::Upgrade {
+                key: key.to_owned(),
+            };
+        }
         Error::Redis {
             op,
             key: Some(key.to_owned()),

@@ -20,6 +20,11 @@
 //!
 //! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
 //!   with 128 random bits per acquisition; release and extension check the token atomically.
+//! * [`Client::read`] / [`Client::write`]: a read/write lock (seed 004, without its flaws):
+//!   many readers or one writer, per task and reentrant, in one hash per name. Each reader's
+//!   lease expires on its own (server time), so a crashed reader blocks writers only until its
+//!   own ttl; a waiting writer keeps new readers out, so readers cannot starve it; a writer may
+//!   downgrade to read, and a reader asking to upgrade gets [`Error::Upgrade`] at once.
 //!
 //! # What a lock promises
 //!
@@ -48,6 +53,7 @@ mod lock;
 mod notify;
 mod quorum;
 mod reentrant;
+mod rwlock;
 mod setnx;
 mod token;
 mod wait;
@@ -68,3 +74,4 @@ pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 /// correctly written attribute currently stops the build with a message saying so (a body
 /// must never run without its lock).
 pub use distlock_macros::{distributed_lock, read_lock, write_lock};
+

@@ -19,6 +19,24 @@ end
 return occupancy
 ";
 
+/// [`ENTER_SCRIPT`] plus a look at another probe: counts an entry that finds someone inside
+/// the other probe (a reader finding a writer, or a writer finding a reader). Both sides
+/// increment their own occupancy before looking at the other's, in one atomic step, so of two
+/// overlapping sections the later one to enter always sees the earlier.
+const ENTER_EXCLUDING_SCRIPT: &str = r"
+local occupancy = redis.call('INCR', KEYS[1])
+if occupancy > 1 then
+  redis.call('INCR', KEYS[2])
+end
+if occupancy > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], occupancy)
+end
+if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
+  redis.call('INCR', KEYS[5])
+end
+return occupancy
+";
+
 /// Accepts a holder's fencing token only if it is larger than every one seen before (what a
 /// fenced resource does), counting the refusals.
 const FENCE_SCRIPT: &str = r"
@@ -108,6 +126,32 @@ impl Observer {
             .invoke_async(&mut self.conn.clone())
             .await;
         self.check("enter", result)
+    }
+
+    /// Like [`enter`](Self::enter), for two probes that must never be occupied at the same
+    /// time, such as the readers and the writers of one read/write lock (each side with its
+    /// own observer name on the same server): also counts, in
+    /// [`overlaps`](Self::overlaps), an entry that finds anyone inside the probe named
+    /// `other`. Leave with [`exit`](Self::exit). For a probe of readers, `violations` and
+    /// `max_occupancy` count readers sharing the lock, which is allowed.
+    pub async fn enter_excluding(&self, other: &str) -> u64 {
+        static SCRIPT: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(ENTER_EXCLUDING_SCRIPT));
+        let result = SCRIPT
+            .key(self.key("occ"))
+            .key(self.key("violations"))
+            .key(self.key("max"))
+            .key(format!("occ:{other}"))
+            .key(self.key("overlaps"))
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        self.check("enter_excluding", result)
+    }
+
+    /// Entries by [`enter_excluding`](Self::enter_excluding) that found the other probe
+    /// occupied.
+    pub async fn overlaps(&self) -> u64 {
+        self.read("overlaps").await
     }
 
     /// Marks the caller as having left the critical section. Returns the

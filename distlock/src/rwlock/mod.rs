@@ -1,0 +1,129 @@
+//! The read/write lock of seed 004, without its flaws: any number of readers, or one writer.
+//!
+//! # Data
+//!
+//! One hash per lock name (every field in one Redis Cluster slot), holding:
+//!
+//! | field                | value                                                  |
+//! |----------------------|--------------------------------------------------------|
+//! | `mode`               | `read` or `write` while held                           |
+//! | `writer`             | the write owner (client id : task)                     |
+//! | `writer-count`       | its re-entry depth                                     |
+//! | `writer-until`       | its lease end, in the **server's** milliseconds        |
+//! | `writer-fence`       | the fencing token of the write tenure                  |
+//! | `read:<owner>`       | one reader's re-entry depth                            |
+//! | `read-until:<owner>` | that reader's own lease end (server ms)                |
+//! | `intent:<owner>`     | a waiting writer's intent, ending at this server time  |
+//!
+//! The owner is the client id plus the [`LockContext`](crate::LockContext), as for the
+//! reentrant lock, so one task re-enters and every other task (in any process) is another
+//! owner. Expiry times come from `TIME` inside the scripts, never from a client clock.
+//!
+//! # What seed 004 got wrong, and what this does instead
+//!
+//! * **Each reader's lease is its own.** A single expiry for the whole hash would let a
+//!   crashed reader's share live on as long as any other reader renews, blocking writers
+//!   indefinitely. Here every script first deletes the holds whose own lease has ended, so a
+//!   dead reader blocks a writer until its own ttl at most. The key's `PEXPIRE` follows the
+//!   latest live lease, so an abandoned lock still disappears without any script running.
+//! * **Releasing one reader never releases another**: releases and renewals touch only the
+//!   caller's own fields (seed 004's cluster variant kept a single `read` timestamp that any
+//!   reader could delete).
+//! * **Writers are not starved** (seed 004 and Redisson's read/write lock let a stream of
+//!   readers keep a writer out forever). See the policy below.
+//!
+//! # Writer preference
+//!
+//! A writer that finds the lock busy records an **intent** in the hash. While any other
+//! owner's intent is live, no *new* reader gets in; readers already inside may still
+//! re-enter, and a writer may still take the read lock it needs to downgrade. The readers
+//! inside leave, the last one wakes the waiters, and a writer goes next: however fast new
+//! readers arrive, a writer waits at most for the readers already inside when it arrived.
+//!
+//! An intent lasts the writer's ttl, at most 2 s, and every attempt of the writer renews
+//! it; the busy answer tells the writer to try again within a third of that (the wake-up on
+//! release usually brings it back much sooner). So a writer that crashed, timed out or made a
+//! single failed [`try_acquire`](crate::LockRequest::try_acquire) keeps new readers out for
+//! at most min(ttl, 2 s). The price of the policy is the mirror image: a continuous stream of
+//! writers can keep readers waiting. Writers among themselves are not ordered.
+//!
+//! # Fencing
+//!
+//! A write acquisition increments the lock's fencing counter (same slot), so write tokens
+//! strictly increase; re-entry keeps the tenure's token. A read acquisition returns the
+//! counter's current value **without** incrementing it: readers share the lock, so their
+//! tokens are not unique; the value is the token of the latest write tenure (0 before the
+//! first), which lets a reader tell which write it is reading after.
+//!
+//! # Re-entry, downgrade and upgrade
+//!
+//! One task may take the read lock repeatedly, and the write lock repeatedly; each
+//! acquisition is one level to release. The writer may also take the read lock and then
+//! release the write lock: it keeps reading while other readers may join (downgrade). A task
+//! holding only the read lock that asks for the write lock gets [`Error::Upgrade`] at once:
+//! waiting could never end if two readers did it at the same time.
+//!
+//! # Wake-up and renewal
+//!
+//! A writer's last release publishes `all` on the lock's channel (any number of readers may
+//! now enter); the last reader's release publishes one wake-up, or `all` when writers have
+//! registered intents (readers waiting behind an intent share the channel, and a single
+//! wake-up could land on one of them rather than on the writer). One `extend` script serves
+//! both sides: it renews the caller's own read and write leases and no one else's, and
+//! answers 0 (lease lost) once the caller holds nothing live.
+//!
+//! [`Error::Upgrade`]: crate::Error::Upgrade
+
+use std::sync::LazyLock;
+
+use crate::algorithm::{Algorithm, OwnerKind};
+
+/// The code of the server error the write acquire script answers an upgrade with; mapped to
+/// [`Error::Upgrade`](crate::Error::Upgrade).
+pub(crate) const UPGRADE_REFUSED: &str = "DISTLOCK_UPGRADE";
+
+/// One script: the shared prelude (state loading, pruning, expiry) followed by the body.
+macro_rules! script {
+    ($body:literal) => {
+        redis::Script::new(concat!(include_str!("prelude.lua"), include_str!($body)))
+    };
+}
+
+/// The shared side of a read/write lock.
+pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    name: "read",
+    owner: OwnerKind::Context,
+    acquire: script!("read_acquire.lua"),
+    release: script!("read_release.lua"),
+    extend: script!("extend.lua"),
+});
+
+/// The exclusive side of a read/write lock.
+pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    name: "write",
+    owner: OwnerKind::Context,
+    acquire: script!("write_acquire.lua"),
+    release: script!("write_release.lua"),
+    extend: script!("extend.lua"),
+});
+
+#[cfg(test)]
+mod tests {
+    use super::UPGRADE_REFUSED;
+
+    #[test]
+    fn the_upgrade_refusal_code_matches_the_script() {
+        let script = include_str!("write_acquire.lua");
+        assert!(script.contains(&format!("error_reply('{UPGRADE_REFUSED} ")));
+    }
+
+    #[test]
+    fn one_extend_script_serves_both_sides() {
+        // An owner's read and write holds are renewed together (one task's holds live and
+        // die together), so both sides must run the very same script.
+        assert_eq!(
+            super::READ.extend.get_hash(),
+            super::WRITE.extend.get_hash()
+        );
+    }
+}

@@ -1,0 +1,210 @@
+-- Shared head of every read/write lock script (mod.rs puts it in front of each one, since a
+-- Redis script cannot include another).
+--
+-- One hash per lock, so all of a lock's state sits in one Redis Cluster slot. Every field is
+-- ours; an owner is `client id:task` and so always contains ':'.
+--   mode                'read' or 'write' while someone holds the lock (absent otherwise)
+--   writer              the owner of the write hold
+--   writer-count        its re-entry depth
+--   writer-until        when its lease ends: server time, ms since the epoch
+--   writer-fence        the fencing token of the write tenure
+--   read:<owner>        one reader's re-entry depth
+--   read-until:<owner>  when that reader's lease ends (server time, ms)
+--   intent:<owner>      a waiting writer's intent, which ends at this server time (ms)
+-- Each reader's lease is its own field, so a crashed reader's share ends with its own lease
+-- however long the others keep renewing theirs. Every script prunes what has expired before
+-- it decides anything, and keeps the key's PEXPIRE at the latest live lease or intent, so an
+-- abandoned lock still vanishes on its own.
+--
+-- Time is the server's own (TIME), never a client's: client clocks need not agree, and a
+-- value computed from one is what made seed 004's cluster variant unsafe.
+
+-- Redis < 5 refuses writes after TIME unless effects are replicated instead of the script;
+-- later versions always do that and keep this call as a no-op.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+-- A waiting writer's intent lasts its ttl, at most this long, and is renewed by each of its
+-- attempts: a writer that died or gave up stops blocking new readers soon after.
+local INTENT_MAX_MS = 2000
+
+local function server_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Integral numbers as Redis expects them (Lua 5.1 would print large ones as 1.7e+12).
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+local function starts(s, prefix)
+  return string.sub(s, 1, #prefix) == prefix
+end
+
+-- Reads the lock and deletes the holds and intents that have expired. Returns the live
+-- state, or nil and a description when the key holds something that is not a read/write
+-- lock (the caller then leaves it untouched).
+local function load(now)
+  local s = {
+    readers = {}, nreaders = 0, intents = {}, nintents = 0,
+    dirty = false,
+  }
+  local flat = redis.pcall('hgetall', KEYS[1])
+  if flat.err then
+    return nil, redis.call('type', KEYS[1]).ok
+  end
+  if #flat == 0 then
+    return s
+  end
+  -- Our locks always expire: a hash without expiry is the application's own.
+  if redis.call('pttl', KEYS[1]) == -1 then
+    return nil, 'hash without expiry'
+  end
+  local counts, untils = {}, {}
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local n = tonumber(v)
+    if f == 'mode' then
+      s.mode = v
+    elseif f == 'writer' then
+      s.writer = v
+    elseif f == 'writer-count' and n then
+      s.wcount = n
+    elseif f == 'writer-until' and n then
+      s.wuntil = n
+    elseif f == 'writer-fence' and n then
+      s.wfence = n
+    elseif starts(f, 'read:') and n then
+      counts[string.sub(f, 6)] = n
+    elseif starts(f, 'read-until:') and n then
+      untils[string.sub(f, 12)] = n
+    elseif starts(f, 'intent:') and n then
+      local owner = string.sub(f, 8)
+      if n > now then
+        s.intents[owner] = n
+        s.nintents = s.nintents + 1
+      else
+        redis.call('hdel', KEYS[1], f)
+        s.dirty = true
+      end
+    else
+      -- Another lock mode under the same name, or the application's own hash.
+      return nil, 'hash that is not a read/write lock'
+    end
+  end
+  if s.writer and not (s.wcount and s.wuntil and s.wfence) then
+    return nil, 'hash that is not a read/write lock'
+  end
+  if s.writer and s.wuntil <= now then
+    redis.call('hdel', KEYS[1], 'writer', 'writer-count', 'writer-until', 'writer-fence')
+    s.writer, s.wcount, s.wuntil, s.wfence = nil, nil, nil, nil
+    s.dirty = true
+  end
+  for owner, count in pairs(counts) do
+    local u = untils[owner]
+    if u and u > now then
+      s.readers[owner] = {count = count, ends = u}
+      s.nreaders = s.nreaders + 1
+    else
+      redis.call('hdel', KEYS[1], 'read:' .. owner, 'read-until:' .. owner)
+      s.dirty = true
+    end
+  end
+  for owner, _ in pairs(untils) do
+    if not counts[owner] then
+      redis.call('hdel', KEYS[1], 'read-until:' .. owner)
+      s.dirty = true
+    end
+  end
+  return s
+end
+
+-- Writes `mode` and the key's expiry after a change: the key lives until the latest live
+-- lease or intent, and is deleted once nothing is left.
+local function settle(s, now)
+  local latest = 0
+  if s.writer then
+    latest = s.wuntil
+  end
+  for _, r in pairs(s.readers) do
+    latest = math.max(latest, r.ends)
+  end
+  for _, u in pairs(s.intents) do
+    latest = math.max(latest, u)
+  end
+  if latest <= now then
+    redis.call('del', KEYS[1])
+    return
+  end
+  local mode = false
+  if s.writer then
+    mode = 'write'
+  elseif s.nreaders > 0 then
+    mode = 'read'
+  end
+  if mode and s.mode ~= mode then
+    redis.call('hset', KEYS[1], 'mode', mode)
+  elseif not mode and s.mode then
+    redis.call('hdel', KEYS[1], 'mode')
+  end
+  s.mode = mode or nil
+  redis.call('pexpire', KEYS[1], int(latest - now))
+end
+
+-- The latest lease end among the readers (0 when there are none).
+local function readers_until(s)
+  local latest = 0
+  for _, r in pairs(s.readers) do
+    latest = math.max(latest, r.ends)
+  end
+  return latest
+end
+
+-- True when a writer other than `owner` waits for the lock.
+local function others_intend(s, owner)
+  for o, _ in pairs(s.intents) do
+    if o ~= owner then
+      return true
+    end
+  end
+  return false
+end
+
+-- Adds a read hold of `owner` whose lease runs `ttl` ms from `now` (never shortening the
+-- lease it already has).
+local function add_read(s, owner, now, ttl)
+  local r = s.readers[owner]
+  if r then
+    r.count = redis.call('hincrby', KEYS[1], 'read:' .. owner, 1)
+    if now + ttl > r.ends then
+      r.ends = now + ttl
+      redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
+    end
+  else
+    r = {count = 1, ends = now + ttl}
+    s.readers[owner] = r
+    s.nreaders = s.nreaders + 1
+    redis.call('hset', KEYS[1], 'read:' .. owner, 1, 'read-until:' .. owner, int(r.ends))
+  end
+  s.dirty = true
+end
+
+-- The fencing counter's current value (0 before the first write), or nil and a description
+-- when the counter key holds the application's data.
+local function current_fence()
+  local v = redis.pcall('get', KEYS[2])
+  if type(v) == 'table' then
+    return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
+  end
+  if not v then
+    return 0
+  end
+  local n = tonumber(v)
+  if not n then
+    return nil, 'string at its fencing counter'
+  end
+  return n
+end
+

@@ -1,0 +1,42 @@
+-- Take or re-enter the read lock.
+-- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
+-- ARGV[1] owner (client id : task), ARGV[2] ttl in ms; ARGV[3] (retry) and ARGV[4] (want the
+-- holder's ttl) are unused: re-entry already accepts a hold the owner has, and the busy
+-- answer costs nothing extra here
+-- Returns {1, fencing counter} when held, {0, ms} when busy, {-1, type} when a key holds
+-- something that is not one of our locks.
+--
+-- Reads never increment the counter: readers share the lock, so a token that grows per
+-- reader would order nothing. They get its current value, the latest write tenure's token.
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
+local now = server_ms()
+local s, found = load(now)
+if not s then
+  return {-1, found}
+end
+local mine = s.readers[owner] ~= nil
+-- Re-entry by a reader, or the writer taking the read lock too (the way to downgrade): both
+-- already exclude every other writer, so waiting writers do not hold them up.
+if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) then
+  local fence, bad = current_fence()
+  if not fence then
+    if s.dirty then
+      settle(s, now)
+    end
+    return {-1, bad}
+  end
+  add_read(s, owner, now, ttl)
+  settle(s, now)
+  return {1, fence}
+end
+if s.dirty then
+  settle(s, now)
+end
+if s.writer then
+  -- The writer's release wakes every waiter; until then its lease bounds the wait.
+  return {0, s.wuntil - now}
+end
+-- Only waiting writers keep this reader out. No time is given: they take the lock as soon
+-- as the current readers leave, and their release wakes this reader. Reporting the intent's
+-- end instead would let this process's waiters sleep past the moment the writer renews it.
+return {0, -1}
