@@ -21,10 +21,15 @@ use crate::key::LockKey;
 /// One lock mode's scripts.
 pub(crate) struct Algorithm {
     /// The mode's name, as the macros spell it.
-    #[allow(dead_code)]
     pub(crate) name: &'static str,
     /// Who owns a hold: a fresh token per acquisition, or the task (reentrant modes).
     pub(crate) owner: OwnerKind,
+    /// Holders may share the lock (readers): a newcomer then need not queue behind the
+    /// tasks of its process that wait, since it may get in beside the current holders.
+    pub(crate) shared: bool,
+    /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
+    /// as Redlock; the others are refused there rather than run unproven.
+    pub(crate) quorum: bool,
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) extend: Script,

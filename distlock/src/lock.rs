@@ -101,6 +101,12 @@ impl<'c> LockRequest<'c> {
         let ttl = Duration::from_millis(ttl_ms);
         let period = renew_period(self.watchdog, self.renew_every, ttl)?;
         let (client, algorithm) = (self.client, self.algorithm);
+        if client.is_quorum() && !algorithm.quorum {
+            return Err(Error::config(format!(
+                "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
+                algorithm.name
+            )));
+        }
         let grant = Grant {
             client,
             algorithm,
@@ -124,8 +130,9 @@ impl<'c> LockRequest<'c> {
         let started = Instant::now();
         let deadline = started.checked_add(wait);
         let mut waiter = Waiter::new(&inner.notifier, key.channel());
-        // Tasks of this process already waiting for the lock go first.
-        if !wait.is_zero() {
+        // Tasks of this process already waiting for the lock go first (unless holders may
+        // share it: a reader can get in beside the readers inside).
+        if !wait.is_zero() && !algorithm.shared {
             waiter.arrive(wait).await;
         }
         let mut attempts = 0u32;

@@ -318,3 +318,19 @@ async fn nodes_down_at_start_up_join_later_and_a_majority_down_is_refused() {
         "{err}"
     );
 }
+
+/// Only the setnx lock is the Redlock algorithm; the other modes are refused on a quorum
+/// instead of running unproven there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modes_other_than_setnx_are_refused_on_a_quorum() {
+    let nodes = RedisServers::start(3);
+    let locks = quorum(&nodes).await;
+    for err in [
+        locks.reentrant("r").try_acquire().await.unwrap_err(),
+        locks.read("r").try_acquire().await.unwrap_err(),
+        locks.write("r").try_acquire().await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    }
+    assert_eq!(leftovers(&nodes, "r").await, 0);
+}

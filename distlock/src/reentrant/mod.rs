@@ -14,6 +14,8 @@ use crate::algorithm::{Algorithm, OwnerKind};
 pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "reentrant",
     owner: OwnerKind::Context,
+    shared: false,
+    quorum: false,
     acquire: redis::Script::new(include_str!("acquire.lua")),
     release: redis::Script::new(include_str!("release.lua")),
     extend: redis::Script::new(include_str!("extend.lua")),

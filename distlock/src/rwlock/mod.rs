@@ -93,6 +93,8 @@ macro_rules! script {
 pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "read",
     owner: OwnerKind::Context,
+    shared: true,
+    quorum: false,
     acquire: script!("read_acquire.lua"),
     release: script!("read_release.lua"),
     extend: script!("extend.lua"),
@@ -102,6 +104,8 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "write",
     owner: OwnerKind::Context,
+    shared: false,
+    quorum: false,
     acquire: script!("write_acquire.lua"),
     release: script!("write_release.lua"),
     extend: script!("extend.lua"),

@@ -12,6 +12,8 @@ use crate::algorithm::{Algorithm, OwnerKind};
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "setnx",
     owner: OwnerKind::Token,
+    shared: false,
+    quorum: true,
     acquire: redis::Script::new(include_str!("acquire.lua")),
     release: redis::Script::new(include_str!("release.lua")),
     extend: redis::Script::new(include_str!("extend.lua")),
