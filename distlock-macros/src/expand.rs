@@ -1,18 +1,526 @@
-//! Code generation. PLACEHOLDER until the expansion stage lands.
+//! Code generation: the validated [`LockModel`] becomes the same fn with its body run under
+//! the lock.
 //!
-//! It must never emit the fn on its own: that would run the body without the
-//! lock. Until real code generation exists, the fn is emitted together with a
-//! compile error, so nothing built with the attribute links.
+//! The signature, attributes, visibility, generics and where-clause are emitted as written;
+//! only the block is replaced:
+//!
+//! ```text
+//! <attrs> <vis> async fn name<G>(params) -> Ret where W {
+//!     let __distlock_returns = <how to build a Ret from a lock error; checks Ret>;
+//!     let __distlock_key = <format_args! of the template, borrowing the parameters>;
+//!     let __distlock_client = <client = expr, or the process default>;
+//!     ::distlock::__private::run(__distlock_client, __distlock_key, <Spec>, <on_busy>,
+//!                                __distlock_returns, async move {
+//!         if false { return ::distlock::__private::anchor::<Ret>(); }
+//!         <the original block>
+//!     }).await
+//! }
+//! ```
+//!
+//! * The key and the client are computed before the `async move` block takes ownership of
+//!   the parameters; both own their data afterwards. A fixed key costs no allocation; a key
+//!   with placeholders is one `String`. Nothing else is allocated and nothing is sent to
+//!   Redis beyond what the lock itself needs (acquire, release).
+//! * The never-taken `return` fixes the block's output type to `Ret` before the body is
+//!   type-checked, so `?` and `return` in the body infer exactly as in the fn itself, and
+//!   since they leave only the inner block, the lock is still released after them.
+//! * Generated locals are `__distlock_`-prefixed with `Span::mixed_site()`, so user code can
+//!   neither see nor shadow them; every path starts with `::distlock::__private`.
+//! * Type checks (`Result` return type, error conversion, `Display` placeholders, `client`
+//!   type, `Default` for `on_busy = "skip"`) are trait bounds in `__private` with
+//!   `#[diagnostic::on_unimplemented]` messages, emitted with the span of the user's token
+//!   that causes them, so the error points there.
 
-use proc_macro2::TokenStream;
-use quote::quote;
+use std::time::Duration;
 
-use crate::model::LockModel;
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned as _;
+use syn::{
+    GenericArgument, Index, LitStr, Member, PathArguments, ReturnType, Token, Type, TypeInfer,
+};
+
+use crate::model::{
+    KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnLost, Placeholder, Spanned,
+    Watchdog,
+};
 
 pub fn expand(model: LockModel) -> TokenStream {
+    let private = private();
+    let key = Ident::new("__distlock_key", Span::mixed_site());
+    let client = Ident::new("__distlock_client", Span::mixed_site());
+    let returns = Ident::new("__distlock_returns", Span::mixed_site());
+    let ret = return_type(&model);
+    let returns_expr = returns_expr(&model, &ret);
+    let key_expr = key_expr(&model.key);
+    let client_expr = client_expr(&model);
+    let spec = spec(&model);
+    let on_busy = on_busy(&model.on_busy);
+    let anchor = anchor(&ret);
     let item = &model.item;
+    let (attrs, vis, sig, block) = (&item.attrs, &item.vis, &item.sig, &item.block);
     quote! {
-        #item
-        ::core::compile_error!("distlock-macros: code generation is not implemented yet");
+        #(#attrs)*
+        #vis #sig {
+            let #returns = #returns_expr;
+            let #key = #key_expr;
+            let #client = #client_expr;
+            #private::run(
+                #client,
+                #key,
+                #spec,
+                #on_busy,
+                #returns,
+                async move {
+                    #anchor
+                    #block
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// `::distlock::__private`, resolved where the attribute is used.
+fn private() -> TokenStream {
+    private_at(Span::call_site())
+}
+
+/// `::distlock::__private` carrying `span`, for code whose errors must point at a user token:
+/// rustc reports an expression at the span from its first to its last token, so every token
+/// of such an expression must carry the user's span.
+fn private_at(span: Span) -> TokenStream {
+    quote_spanned!(span=> ::distlock::__private)
+}
+
+/// The declared return type as generated code may name it: validation guarantees there is
+/// one; an `impl Trait` inside it (`Result<impl IntoResponse, E>`) cannot be named in an
+/// expression, so it becomes `_` and is inferred from the body.
+fn return_type(model: &LockModel) -> Type {
+    let mut ty = match &model.item.sig.output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    };
+    erase_impl_trait(&mut ty);
+    ty
+}
+
+/// Replaces every `impl Trait` inside `ty` with `_`. (Walks the type kinds an `impl Trait` can
+/// sit in within a return type.)
+fn erase_impl_trait(ty: &mut Type) {
+    match ty {
+        Type::ImplTrait(opaque) => {
+            let underscore_token = Token![_](opaque.impl_token.span);
+            *ty = Type::Infer(TypeInfer { underscore_token });
+        }
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                erase_impl_trait(&mut qself.ty);
+            }
+            for segment in &mut path.path.segments {
+                if let PathArguments::AngleBracketed(generics) = &mut segment.arguments {
+                    for argument in &mut generics.args {
+                        match argument {
+                            GenericArgument::Type(ty) => erase_impl_trait(ty),
+                            GenericArgument::AssocType(assoc) => erase_impl_trait(&mut assoc.ty),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(erase_impl_trait),
+        Type::Reference(reference) => erase_impl_trait(&mut reference.elem),
+        Type::Array(array) => erase_impl_trait(&mut array.elem),
+        Type::Slice(slice) => erase_impl_trait(&mut slice.elem),
+        Type::Paren(paren) => erase_impl_trait(&mut paren.elem),
+        Type::Group(group) => erase_impl_trait(&mut group.elem),
+        Type::Ptr(pointer) => erase_impl_trait(&mut pointer.elem),
+        _ => {}
+    }
+}
+
+/// How the return value is built, with the checks on the return type: it is a `Result` and
+/// its error converts from `distlock::Error` (reported on the return type), or `map_err` is a
+/// `fn(distlock::Error) -> E` (reported on the path).
+fn returns_expr(model: &LockModel, ret: &Type) -> TokenStream {
+    let span = ret.span();
+    let private = private_at(span);
+    match &model.map_err {
+        None => quote_spanned!(span=> #private::returns::<#ret>()),
+        Some(path) => {
+            // The call carries the path's span (a signature mismatch is its error); the type
+            // argument keeps the return type's (so is "not a `Result`").
+            let span = path.span();
+            let private = private_at(span);
+            quote_spanned!(span=> #private::returns_mapped::<#ret>(#path))
+        }
+    }
+}
+
+/// The never-taken `return` that gives the body's `async move` block the fn's return type.
+fn anchor(ret: &Type) -> TokenStream {
+    let private = private_at(ret.span());
+    let call = quote_spanned!(ret.span()=> #private::anchor::<#ret>());
+    quote! {
+        if false {
+            return #call;
+        }
+    }
+}
+
+/// `format_args!` over the template: literal text (braces escaped) and one `{}` per
+/// placeholder. Each placeholder's value is checked and borrowed first, in its own `let`
+/// spanned on the placeholder, so a type error (no `Display`, an `Option`) points into the key.
+fn key_expr(template: &KeyTemplate) -> TokenStream {
+    let private = private();
+    let mut format = String::new();
+    let mut parts = Vec::new();
+    let mut names = Vec::new();
+    for segment in &template.segments {
+        match segment {
+            KeySegment::Literal(text) => {
+                format.push_str(&text.replace('{', "{{").replace('}', "}}"));
+            }
+            KeySegment::Placeholder(placeholder) => {
+                format.push_str("{}");
+                let name =
+                    format_ident!("__distlock_part{}", names.len(), span = Span::mixed_site());
+                parts.push(placeholder_part(&name, placeholder));
+                names.push(name);
+            }
+        }
+    }
+    let format = LitStr::new(&format, template.lit.span());
+    if names.is_empty() {
+        return quote!(#private::key(#private::format_args!(#format)));
+    }
+    quote! {
+        {
+            use #private::Part as _;
+            #(#parts)*
+            #private::key(#private::format_args!(#format, #(#names),*))
+        }
+    }
+}
+
+/// `let name = Placeholder(&root.field.0).part();`: a borrow of the binding (whose ident keeps
+/// the parameter's span, so it resolves to the parameter), checked by `part`.
+fn placeholder_part(name: &Ident, placeholder: &Placeholder) -> TokenStream {
+    let private = private_at(placeholder.span);
+    let root = &placeholder.root;
+    // Fields resolve by name alone; a macro context on them keeps rustc from offering to
+    // rewrite the key literal when a field is misspelt.
+    let fields = placeholder.fields.iter().map(|field| match field {
+        Member::Named(name) => {
+            let mut name = name.clone();
+            name.set_span(name.span().resolved_at(Span::mixed_site()));
+            Member::Named(name)
+        }
+        Member::Unnamed(index) => Member::Unnamed(Index {
+            index: index.index,
+            span: index.span.resolved_at(Span::mixed_site()),
+        }),
+    });
+    let value = quote_spanned! {placeholder.span=>
+        #private::Placeholder(&#root #(.#fields)*).part()
+    };
+    quote!(let #name = #value;)
+}
+
+fn client_expr(model: &LockModel) -> TokenStream {
+    let private = private();
+    match &model.client {
+        Some(expr) => {
+            // An invisible group keeps the expression whole (`a + b` stays one operand)
+            // without parentheses the user's lints could complain about.
+            let span = expr.span();
+            let private = private_at(span);
+            let mut group = Group::new(Delimiter::None, quote!(#expr));
+            group.set_span(span);
+            quote_spanned!(span=> #private::client(&#group))
+        }
+        None => quote!(#private::default_client()),
+    }
+}
+
+fn spec(model: &LockModel) -> TokenStream {
+    let private = private();
+    let kind = match &model.kind {
+        LockKind::Exclusive { mode } => match mode.value {
+            Mode::SetNx => quote!(SetNx),
+            Mode::Reentrant => quote!(Reentrant),
+            Mode::Redlock => quote!(Redlock),
+        },
+        LockKind::Read => quote!(Read),
+        LockKind::Write => quote!(Write),
+    };
+    let ttl = duration(model.ttl.value);
+    let wait = duration(model.wait.value);
+    let renew_every = optional_duration(match model.watchdog.value {
+        Watchdog::Off => None,
+        Watchdog::Every(period) => Some(period),
+    });
+    let max_hold = optional_duration(model.max_hold.as_ref().map(|cap| cap.value));
+    let on_lost = match model.on_lost.value {
+        OnLost::Cancel => quote!(Cancel),
+        OnLost::Continue => quote!(Continue),
+    };
+    quote! {
+        #private::Spec {
+            kind: #private::Kind::#kind,
+            ttl: #ttl,
+            wait: #wait,
+            renew_every: #renew_every,
+            max_hold: #max_hold,
+            on_lost: #private::OnLost::#on_lost,
+        }
+    }
+}
+
+fn duration(value: Duration) -> TokenStream {
+    let private = private();
+    let secs = Literal::u64_suffixed(value.as_secs());
+    let nanos = Literal::u32_suffixed(value.subsec_nanos());
+    quote!(#private::duration(#secs, #nanos))
+}
+
+fn optional_duration(value: Option<Duration>) -> TokenStream {
+    let private = private();
+    match value {
+        Some(value) => {
+            let value = duration(value);
+            quote!(#private::Option::Some(#value))
+        }
+        None => quote!(#private::Option::None),
+    }
+}
+
+/// `"skip"` needs `Default` for the `Ok` type: checked by `busy_skip`, pointing at `"skip"`.
+fn on_busy(on_busy: &Spanned<OnBusy>) -> TokenStream {
+    let private = private();
+    match on_busy.value {
+        OnBusy::Error => quote!(#private::busy_error()),
+        OnBusy::Skip => {
+            let private = private_at(on_busy.span);
+            quote_spanned!(on_busy.span=> #private::busy_skip())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::AttrKind;
+    use crate::validate::analyze;
+
+    fn expanded(attr: AttrKind, args: TokenStream, item: TokenStream) -> String {
+        let model = analyze(attr, args, item).unwrap_or_else(|e| panic!("{e}"));
+        expand(model).to_string()
+    }
+
+    fn contains(out: &str, expected: &str) {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+
+    #[test]
+    fn builds_the_key_from_literal_text_and_placeholders() {
+        let out = expanded(
+            AttrKind::Distributed,
+            quote!(key = "{order}:<id>:<user.name>"),
+            quote!(
+                async fn pay(id: u64, user: User) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        contains(&out, "use :: distlock :: __private :: Part as _ ;");
+        contains(
+            &out,
+            "let __distlock_part0 = :: distlock :: __private :: Placeholder (& id) . part () ;",
+        );
+        contains(
+            &out,
+            "let __distlock_part1 = :: distlock :: __private :: Placeholder (& user . name) . part () ;",
+        );
+        contains(
+            &out,
+            r#"format_args ! ("{{order}}:{}:{}" , __distlock_part0 , __distlock_part1)"#,
+        );
+    }
+
+    #[test]
+    fn fixed_keys_skip_the_placeholder_machinery() {
+        let out = expanded(
+            AttrKind::Write,
+            quote!(key = "nightly-report"),
+            quote!(
+                async fn report() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        contains(
+            &out,
+            r#"let __distlock_key = :: distlock :: __private :: key (:: distlock :: __private :: format_args ! ("nightly-report")) ;"#,
+        );
+        assert!(!out.contains("Part as _"), "{out}");
+        contains(&out, "Kind :: Write");
+    }
+
+    #[test]
+    fn spec_carries_every_setting() {
+        let out = expanded(
+            AttrKind::Distributed,
+            quote!(
+                key = "k",
+                ttl = "1m30s",
+                wait = "0s",
+                mode = "reentrant",
+                watchdog = false,
+                max_hold = "250ms",
+                on_lost = "continue"
+            ),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        for expected in [
+            "kind : :: distlock :: __private :: Kind :: Reentrant",
+            "ttl : :: distlock :: __private :: duration (90u64 , 0u32)",
+            "wait : :: distlock :: __private :: duration (0u64 , 0u32)",
+            "renew_every : :: distlock :: __private :: Option :: None",
+            "max_hold : :: distlock :: __private :: Option :: Some (:: distlock :: __private :: duration (0u64 , 250000000u32))",
+            "on_lost : :: distlock :: __private :: OnLost :: Continue",
+        ] {
+            contains(&out, expected);
+        }
+    }
+
+    #[test]
+    fn defaults_use_the_process_client_and_from() {
+        let out = expanded(
+            AttrKind::Read,
+            quote!(key = "doc:<id>"),
+            quote!(
+                pub(crate) async fn show(id: u64) -> AppResult<Doc> {
+                    todo!()
+                }
+            ),
+        );
+        contains(
+            &out,
+            "let __distlock_returns = :: distlock :: __private :: returns :: < AppResult < Doc > > () ;",
+        );
+        contains(
+            &out,
+            "let __distlock_client = :: distlock :: __private :: default_client () ;",
+        );
+        contains(&out, "__private :: busy_error ()");
+        contains(
+            &out,
+            "renew_every : :: distlock :: __private :: Option :: Some (:: distlock :: __private :: duration (10u64 , 0u32))",
+        );
+        contains(
+            &out,
+            "wait : :: distlock :: __private :: duration (5u64 , 0u32)",
+        );
+        contains(
+            &out,
+            "ttl : :: distlock :: __private :: duration (30u64 , 0u32)",
+        );
+        contains(&out, "kind : :: distlock :: __private :: Kind :: Read");
+        contains(
+            &out,
+            "on_lost : :: distlock :: __private :: OnLost :: Cancel",
+        );
+        assert!(out.starts_with("pub (crate) async fn show"), "{out}");
+    }
+
+    #[test]
+    fn explicit_client_map_err_and_skip() {
+        let out = expanded(
+            AttrKind::Distributed,
+            quote!(
+                key = "job",
+                client = state.locks,
+                map_err = AppError::lock,
+                on_busy = "skip",
+                mode = "redlock"
+            ),
+            quote!(
+                async fn job(state: App) -> Result<Option<u8>, AppError> {
+                    Ok(None)
+                }
+            ),
+        );
+        contains(&out, "__private :: client (& state . locks)");
+        contains(
+            &out,
+            "__private :: returns_mapped :: < Result < Option < u8 > , AppError > > (AppError :: lock)",
+        );
+        contains(&out, "__private :: busy_skip ()");
+        contains(&out, "Kind :: Redlock");
+    }
+
+    #[test]
+    fn impl_trait_inside_the_return_type_is_inferred() {
+        let out = expanded(
+            AttrKind::Write,
+            quote!(key = "doc"),
+            quote!(
+                async fn save() -> Result<(StatusCode, impl IntoResponse), AppError> {
+                    Ok((StatusCode::OK, "saved"))
+                }
+            ),
+        );
+        assert!(
+            out.starts_with(
+                "async fn save () -> Result < (StatusCode , impl IntoResponse) , AppError >"
+            ),
+            "{out}"
+        );
+        contains(
+            &out,
+            "returns :: < Result < (StatusCode , _) , AppError > > ()",
+        );
+        contains(
+            &out,
+            "anchor :: < Result < (StatusCode , _) , AppError > > ()",
+        );
+    }
+
+    #[test]
+    fn signature_and_attributes_are_kept() {
+        let out = expanded(
+            AttrKind::Distributed,
+            quote!(key = "<self.id>"),
+            quote!(
+                #[doc = "docs"]
+                #[inline]
+                pub async fn run<'a, T: Clone>(&'a self, t: T) -> Result<&'a T, E>
+                where
+                    T: Send,
+                {
+                    Ok(&self.t)
+                }
+            ),
+        );
+        assert!(
+            out.starts_with("# [doc = \"docs\"] # [inline] pub async fn run < 'a , T : Clone > (& 'a self , t : T) -> Result < & 'a T , E > where T : Send , {"),
+            "{out}"
+        );
+        contains(&out, "Placeholder (& self . id)");
+        contains(
+            &out,
+            "async move { if false { return :: distlock :: __private :: anchor :: < Result < & 'a T , E > > () ; } { Ok (& self . t) } }",
+        );
+        contains(
+            &out,
+            ":: distlock :: __private :: run (__distlock_client , __distlock_key ,",
+        );
+        assert!(out.ends_with(") . await }"), "{out}");
     }
 }

@@ -30,6 +30,7 @@ use crate::model::AttrKind;
 /// ```
 ///
 #[doc = include_str!("../docs/arguments.md")]
+#[doc = include_str!("behaviour.md")]
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     entry(AttrKind::Distributed, args, item)
@@ -50,6 +51,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 ///
 #[doc = include_str!("../docs/arguments.md")]
+#[doc = include_str!("behaviour.md")]
 #[proc_macro_attribute]
 pub fn read_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     entry(AttrKind::Read, args, item)
@@ -71,6 +73,7 @@ pub fn read_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 ///
 #[doc = include_str!("../docs/arguments.md")]
+#[doc = include_str!("behaviour.md")]
 #[proc_macro_attribute]
 pub fn write_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     entry(AttrKind::Write, args, item)

@@ -6,10 +6,6 @@
 //! code (type assertions, feature guards) can point at the user's own tokens;
 //! defaults carry `Span::call_site()`, i.e. the attribute.
 
-// The expansion stage (src/expand.rs) is still a placeholder and reads none of
-// this yet; drop the allow when it lands.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use proc_macro2::Span;
@@ -20,6 +16,12 @@ use syn::{Expr, ExprPath, Ident, ItemFn, LitStr, Member};
 /// others. 30 s rides out a couple of failed renewals yet frees a dead
 /// holder's lock within half a minute.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The ttl range the runtime accepts (`distlock::MIN_TTL..=distlock::MAX_TTL`; keep in step):
+/// below 10 ms the clock-drift allowance eats the lease, and a lock held for more than 30 days
+/// is a holder that died.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Long enough to queue behind a typical short critical section, short enough
 /// to fail well inside common request timeouts.
@@ -144,7 +146,8 @@ pub struct KeyTemplate {
 
 #[derive(Clone, Debug)]
 pub enum KeySegment {
-    Literal { text: String, span: Span },
+    /// Text taken as is (`{` and `}` included).
+    Literal(String),
     Placeholder(Placeholder),
 }
 
@@ -163,7 +166,6 @@ pub struct Placeholder {
 /// A fully validated lock attribute plus the fn it applies to.
 #[derive(Clone, Debug)]
 pub struct LockModel {
-    pub attr: AttrKind,
     pub kind: LockKind,
     pub key: KeyTemplate,
     /// Always > 0.

@@ -15,7 +15,7 @@ use crate::diag::{did_you_mean, Errors};
 use crate::duration;
 use crate::model::{
     AttrKind, KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnLost, Placeholder,
-    Spanned, Watchdog, DEFAULT_TTL, DEFAULT_WAIT, WATCHDOG_DIVISOR,
+    Spanned, Watchdog, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL, MIN_TTL, WATCHDOG_DIVISOR,
 };
 use crate::sig::Bindings;
 use crate::template::{self, Segment};
@@ -73,7 +73,6 @@ fn validate(
         AttrKind::Write => LockKind::Write,
     };
     Some(LockModel {
-        attr,
         kind,
         key: key?,
         ttl: ttl?,
@@ -175,10 +174,7 @@ fn key_template(
     let mut complete = true;
     for segment in segments {
         match segment {
-            Segment::Literal(literal) => resolved.push(KeySegment::Literal {
-                span: lit_subspan(lit, literal.range),
-                text: literal.text,
-            }),
+            Segment::Literal(literal) => resolved.push(KeySegment::Literal(literal.text)),
             Segment::Placeholder(placeholder) => {
                 match errors.ok(resolve(&placeholder, lit, sig, bindings)) {
                     Some(placeholder) => resolved.push(KeySegment::Placeholder(placeholder)),
@@ -312,6 +308,17 @@ fn ttl(args: &LockArgs, errors: &mut Errors) -> Option<Spanned<Duration>> {
             ));
             None
         }
+        Some(ttl) if ttl.value < MIN_TTL || ttl.value > MAX_TTL => {
+            errors.push(syn::Error::new(
+                ttl.span,
+                format!(
+                    "`ttl` must be between {} and {} (distlock::MIN_TTL and MAX_TTL): shorter, the allowance for clock drift eats the lease; longer, a crashed holder blocks everyone for too long (the watchdog renews a short ttl for as long as the body runs)",
+                    duration::format(MIN_TTL),
+                    duration::format(MAX_TTL),
+                ),
+            ));
+            None
+        }
         Some(ttl) => Some(ttl.clone()),
     }
 }
@@ -432,7 +439,7 @@ mod tests {
             .segments
             .iter()
             .map(|segment| match segment {
-                KeySegment::Literal { text, .. } => text.clone(),
+                KeySegment::Literal(text) => text.clone(),
                 KeySegment::Placeholder(p) => {
                     let fields = p.fields.iter().map(|f| quote!(#f).to_string());
                     let path: Vec<String> =
@@ -543,6 +550,26 @@ mod tests {
         assert_eq!(all.len(), 1, "{all:?}");
         let key = messages(AttrKind::Distributed, quote!(key = 1), pay());
         assert_eq!(key.len(), 1, "{key:?}");
+    }
+
+    #[test]
+    fn ttl_within_the_runtime_range() {
+        let short = messages(AttrKind::Distributed, quote!(key = "k", ttl = "9ms"), pay());
+        assert!(short[0].contains("between 10ms and 720h"), "{short:?}");
+        let long = messages(
+            AttrKind::Distributed,
+            quote!(key = "k", ttl = "721h"),
+            pay(),
+        );
+        assert!(long[0].contains("between 10ms and 720h"), "{long:?}");
+        assert_eq!(
+            model(quote!(key = "k", ttl = "10ms"), pay()).ttl.value,
+            MIN_TTL
+        );
+        assert_eq!(
+            model(quote!(key = "k", ttl = "720h"), pay()).ttl.value,
+            MAX_TTL
+        );
     }
 
     #[test]

@@ -16,16 +16,34 @@
 //! # Ok(()) }
 //! ```
 //!
+//! With the attributes, the same lock around a whole `async fn` (the key's `<id>` names a
+//! parameter and is checked at compile time; the fn's error type takes `From<distlock::Error>`):
+//!
+//! ```ignore
+//! #[distlock::distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s")]
+//! async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> { /* ... */ }
+//! ```
+//!
 //! # Modes
 //!
 //! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
 //!   with 128 random bits per acquisition; release and extension check the token atomically.
+//!   The same task asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
+//! * [`Client::reentrant`]: a hash of owner -> hold count (seeds 002, 003), owned by the Tokio
+//!   task (see [`LockContext`]); nested acquisitions in one task re-enter.
 //! * [`Client::read`] / [`Client::write`]: a read/write lock (seed 004, without its flaws):
 //!   many readers or one writer, per task and reentrant, in one hash per name. Each reader's
 //!   lease expires on its own (server time), so a crashed reader blocks writers only until its
 //!   own ttl; a waiting writer keeps new readers out, so readers cannot starve it; a writer may
 //!   downgrade to read, and a reader asking to upgrade gets [`Error::Upgrade`] at once.
+//! * [`Client::quorum`]: Redlock (seed 000) over N independent masters: [`Client::lock`] on
+//!   such a client needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
 //!
+//! Every mode shares one acquire loop, one wake-up mechanism (waiters sleep until a release is
+//! published, capped by the holder's remaining lease), one watchdog (renews held leases in one
+//! pipeline per node per tick; a lease that cannot be renewed is reported **lost** through
+//! [`Guard::is_held`] and [`Guard::lost`]) and fencing tokens ([`Guard::fencing_token`]).
+
 //! # What a lock promises
 //!
 //! While [`Guard::is_held`] is true, no other owner holds the lock, provided the Redis server
@@ -69,9 +87,14 @@ pub use guard::Guard;
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
-/// The lock attributes, re-exported so users depend on this crate alone. Their argument
-/// parsing and compile-time checks are in place; code generation is not written yet, so a
-/// correctly written attribute currently stops the build with a message saying so (a body
-/// must never run without its lock).
+/// The lock attributes, re-exported so users depend on this crate alone: each turns an
+/// `async fn` into acquire, watchdog renewal, body, release. See their own docs for the
+/// arguments and their defaults.
 pub use distlock_macros::{distributed_lock, read_lock, write_lock};
 
+// Runtime support for the lock attributes: the code they generate calls `__private::run`.
+// `Lease` and `lease()` are the part a locked body uses directly.
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+pub use __private::{lease, Lease};

@@ -80,9 +80,13 @@ fn number(s: &str) -> usize {
 /// One URL: a single-node client; several, comma-separated: a quorum client.
 async fn connect(url: &str) -> Client {
     if url.contains(',') {
-        Client::quorum(url.split(',')).await.expect("connect to the quorum")
+        Client::quorum(url.split(','))
+            .await
+            .expect("connect to the quorum")
     } else {
-        Client::connect(url).await.expect("connect to the lock server")
+        Client::connect(url)
+            .await
+            .expect("connect to the lock server")
     }
 }
 

@@ -1,0 +1,10 @@
+use distlock::distributed_lock;
+
+struct MyError;
+
+#[distributed_lock(key = "order:<id>", ttl = 10)]
+async fn pay(id: u64) -> Result<u64, MyError> {
+    Ok(id)
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use distlock::distributed_lock;
+
+struct MyError;
+
+#[distributed_lock(key = "order:<1x>")]
+async fn pay(id: u64) -> Result<u64, MyError> {
+    Ok(id)
+}
+
+fn main() {}
