@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Script, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Op};
 use crate::key::LockKey;
@@ -55,11 +55,45 @@ pub(crate) enum Attempt {
 }
 
 impl Algorithm {
-    /// One acquire attempt. `redis::Script` sends `EVALSHA` and falls back to `EVAL` when the
-    /// server has lost the script (a restart, `SCRIPT FLUSH`), so a restarted server just works.
-    /// `unsure`: an earlier attempt with this owner may have succeeded unseen, so the script
-    /// must accept a lock already held by `owner`. `want_holder_ttl`: report how long a busy
-    /// lock's holder has left (a waiter that learnt it recently can spare the server the call).
+    /// The acquire attempt as a command, built once per attempt (a quorum sends the same one
+    /// to every node). `unsure`: an earlier attempt with this owner may have succeeded unseen,
+    /// so the script must accept a lock already held by `owner`. `want_holder_ttl`: report how
+    /// long a busy lock's holder has left (a waiter that learnt it recently can spare the
+    /// server the call).
+    pub(crate) fn acquire_cmd(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        ttl_ms: u64,
+        unsure: bool,
+        want_holder_ttl: bool,
+    ) -> Cmd {
+        let mut cmd = evalsha(&self.acquire, 2, 6, 2 * key.lock().len() + owner.len() + 32);
+        cmd.arg(key.lock())
+            .arg(key.fence_arg())
+            .arg(owner)
+            .arg(ttl_ms)
+            .arg(if unsure { "1" } else { "0" })
+            .arg(if want_holder_ttl { "1" } else { "0" });
+        cmd
+    }
+
+    /// Sends an [`acquire_cmd`](Self::acquire_cmd) on one connection. `redis::Script`'s way:
+    /// `EVALSHA`, and on `NOSCRIPT` (a restarted server, `SCRIPT FLUSH`) the script is loaded
+    /// and the command sent again, so a restarted server just works.
+    pub(crate) async fn send_acquire<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        cmd: &Cmd,
+    ) -> Result<Attempt, Error> {
+        let reply: Value = invoke(&self.acquire, cmd, conn)
+            .await
+            .map_err(|e| script_error(Op::Acquire, key, e))?;
+        parse_acquire(key, reply)
+    }
+
+    /// One acquire attempt on one connection.
     pub(crate) async fn try_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -69,18 +103,29 @@ impl Algorithm {
         unsure: bool,
         want_holder_ttl: bool,
     ) -> Result<Attempt, Error> {
-        let reply: Value = self
-            .acquire
-            .key(key.lock())
-            .key(key.fence())
-            .arg(owner)
-            .arg(ttl_ms)
-            .arg(if unsure { "1" } else { "0" })
-            .arg(if want_holder_ttl { "1" } else { "0" })
-            .invoke_async(conn)
+        let cmd = self.acquire_cmd(key, owner, ttl_ms, unsure, want_holder_ttl);
+        self.send_acquire(conn, key, &cmd).await
+    }
+
+    /// The release as a command: gives the lock back if it is still ours.
+    pub(crate) fn release_cmd(&self, key: &LockKey, owner: &str) -> Cmd {
+        let mut cmd = evalsha(&self.release, 2, 3, 2 * key.lock().len() + owner.len() + 8);
+        cmd.arg(key.lock()).arg(key.channel_arg()).arg(owner);
+        cmd
+    }
+
+    /// Sends a [`release_cmd`](Self::release_cmd); `false` when the lock was not ours
+    /// (expired or taken).
+    pub(crate) async fn send_release<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        cmd: &Cmd,
+    ) -> Result<bool, Error> {
+        let n: i64 = invoke(&self.release, cmd, conn)
             .await
-            .map_err(|e| script_error(Op::Acquire, key, e))?;
-        parse_acquire(key, reply)
+            .map_err(|e| script_error(Op::Release, key, e))?;
+        Ok(n == 1)
     }
 
     /// Gives the lock back if it is still ours; `false` when it was not (expired or taken).
@@ -90,14 +135,27 @@ impl Algorithm {
         key: &LockKey,
         owner: &str,
     ) -> Result<bool, Error> {
-        let n: i64 = self
-            .release
-            .key(key.lock())
-            .key(key.channel())
-            .arg(owner)
-            .invoke_async(conn)
+        let cmd = self.release_cmd(key, owner);
+        self.send_release(conn, key, &cmd).await
+    }
+
+    /// The extension as a command: renews the lease to `ttl_ms` from now if it is still ours.
+    pub(crate) fn extend_cmd(&self, key: &LockKey, owner: &str, ttl_ms: u64) -> Cmd {
+        let mut cmd = evalsha(&self.extend, 1, 3, key.lock().len() + owner.len() + 24);
+        cmd.arg(key.lock()).arg(owner).arg(ttl_ms);
+        cmd
+    }
+
+    /// Sends an [`extend_cmd`](Self::extend_cmd); `false` when the lock was not ours.
+    pub(crate) async fn send_extend<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        key: &LockKey,
+        cmd: &Cmd,
+    ) -> Result<bool, Error> {
+        let n: i64 = invoke(&self.extend, cmd, conn)
             .await
-            .map_err(|e| script_error(Op::Release, key, e))?;
+            .map_err(|e| script_error(Op::Extend, key, e))?;
         Ok(n == 1)
     }
 
@@ -109,15 +167,33 @@ impl Algorithm {
         owner: &str,
         ttl_ms: u64,
     ) -> Result<bool, Error> {
-        let n: i64 = self
-            .extend
-            .key(key.lock())
-            .arg(owner)
-            .arg(ttl_ms)
-            .invoke_async(conn)
-            .await
-            .map_err(|e| script_error(Op::Extend, key, e))?;
-        Ok(n == 1)
+        let cmd = self.extend_cmd(key, owner, ttl_ms);
+        self.send_extend(conn, key, &cmd).await
+    }
+}
+
+/// `EVALSHA <sha> <numkeys>`, with room for `args` more arguments of about `bytes` in all.
+/// Built directly rather than through `redis::Script::key/arg`, which copies every argument
+/// into a vector of its own and then again into the command: about a dozen allocations per
+/// call on the hot path, for nothing.
+fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` loads the script and sends it again.
+async fn invoke<C: ConnectionLike, T: FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut C,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
     }
 }
 

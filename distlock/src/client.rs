@@ -60,49 +60,43 @@ pub(crate) struct Inner {
     pub(crate) id: String,
     pub(crate) notifier: Notifier,
     pub(crate) watchdog: Watchdog,
-    /// Non-reentrant locks held, per task: asking again from the same task is an immediate
-    /// error instead of a wait on oneself.
-    pub(crate) held: Mutex<HeldByTask>,
+    /// Non-reentrant locks held, and by which task: asking again from the same task is an
+    /// immediate error instead of a wait on oneself.
+    pub(crate) held: Mutex<HeldLocks>,
 }
 
 impl Inner {
     /// True when `context` holds the non-reentrant lock at `key` through this client and its
-    /// lease is still good (a task whose hold ran out may take the lock again). Looked up by
-    /// task first: a task holds few locks, and the check runs before every acquisition.
+    /// lease is still good (a task whose hold ran out may take the lock again). The check
+    /// runs before every acquisition: one lookup by key, however many locks a task holds.
     pub(crate) fn holds(&self, key: &[u8], context: LockContext) -> bool {
-        self.held().get(&context).is_some_and(|holds| {
-            holds
-                .iter()
-                .any(|(k, lease)| k.as_slice() == key && lease.is_valid())
-        })
+        self.held()
+            .get(key)
+            .is_some_and(|(holder, lease)| *holder == context && lease.is_valid())
     }
 
-    pub(crate) fn hold(&self, key: &[u8], context: LockContext, lease: Arc<LeaseState>) {
-        let mut held = self.held();
-        let holds = held.entry(context).or_default();
-        // A hold of the same key that ran out is replaced, not kept beside the new one.
-        holds.retain(|(k, _)| k.as_slice() != key);
-        holds.push((key.to_vec(), lease));
+    /// Records the hold. One entry per key is enough: an exclusive lock has at most one
+    /// holder whose lease is still good, and an entry whose lease ran out (its task may take
+    /// the lock again, or another task may have) is simply replaced by the newer hold.
+    pub(crate) fn hold(&self, key: &LockKey, context: LockContext, lease: Arc<LeaseState>) {
+        self.held().insert(key.shared().clone(), (context, lease));
     }
 
-    /// Forgets the hold, unless the entry already belongs to a later hold of the same task.
-    pub(crate) fn unhold(&self, key: &[u8], context: LockContext, lease: &Arc<LeaseState>) {
+    /// Forgets the hold, unless the entry already belongs to a later hold.
+    pub(crate) fn unhold(&self, key: &[u8], lease: &Arc<LeaseState>) {
         let mut held = self.held();
-        if let Some(holds) = held.get_mut(&context) {
-            holds.retain(|(k, l)| !(k.as_slice() == key && Arc::ptr_eq(l, lease)));
-            if holds.is_empty() {
-                held.remove(&context);
-            }
+        if held.get(key).is_some_and(|(_, l)| Arc::ptr_eq(l, lease)) {
+            held.remove(key);
         }
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HeldByTask> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HeldLocks> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Non-reentrant holds per task: the key and the hold's lease.
-type HeldByTask = HashMap<LockContext, Vec<(Vec<u8>, Arc<LeaseState>)>>;
+/// Non-reentrant holds by lock key: the holding task and the hold's lease.
+type HeldLocks = HashMap<Arc<[u8]>, (LockContext, Arc<LeaseState>)>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -34,7 +34,7 @@ pub struct Guard {
     client: Client,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: String,
+    owner: Arc<str>,
     fence: u64,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
@@ -58,7 +58,7 @@ impl Guard {
         client: &Client,
         algorithm: &'static Algorithm,
         key: LockKey,
-        owner: String,
+        owner: Arc<str>,
         fence: u64,
         acquired_at: Instant,
         lease: Arc<LeaseState>,
@@ -179,8 +179,8 @@ impl Guard {
         if let Some(id) = self.registration.watch.take() {
             inner.watchdog.unwatch(id);
         }
-        if let Some(context) = self.registration.context.take() {
-            inner.unhold(self.key.lock(), context, &self.lease);
+        if self.registration.context.take().is_some() {
+            inner.unhold(self.key.lock(), &self.lease);
         }
     }
 
@@ -197,8 +197,7 @@ impl Drop for Guard {
         if !self.released {
             self.unregister();
             let key = self.key.clone();
-            let owner = std::mem::take(&mut self.owner);
-            spawn_release(&self.client, self.algorithm, key, owner);
+            spawn_release(&self.client, self.algorithm, key, self.owner.clone());
         }
     }
 }
@@ -210,7 +209,7 @@ pub(crate) fn spawn_release(
     client: &Client,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: String,
+    owner: Arc<str>,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;

@@ -7,28 +7,40 @@
 //! one (so `order:{42}` and `payment:{42}` can share a slot on purpose), else the whole name
 //! wrapped in braces. Suffixes come after the tag and so never move the slot.
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use redis::{RedisWrite, ToRedisArgs};
+
 use crate::error::Error;
 
-/// A validated lock name with its Redis keys.
+/// A validated lock name with its Redis keys. Cheap to clone (one reference count): the guard,
+/// the watchdog and the per-task table each keep one, and the hot path makes no copies.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey {
-    /// The name as the user wrote it, for errors and logs (shortened if very long).
-    display: String,
     /// `<prefix>:<tagged name>`: the lock's own key; other keys add a suffix.
-    base: Vec<u8>,
+    base: Arc<[u8]>,
+    /// Where the name as the user wrote it sits in `base` (UTF-8, checked by `new`).
+    name: Range<usize>,
+    /// The name shortened for messages, only when it is too long to show whole.
+    shortened: Option<Arc<str>>,
 }
 
 /// How much of a long name error messages show.
 const DISPLAY_MAX: usize = 120;
+
+/// Suffix of the pub/sub channel releases are announced on.
+pub(crate) const CHANNEL_SUFFIX: &[u8] = b":wake";
+/// Suffix of the fencing counter.
+const FENCE_SUFFIX: &[u8] = b":fence";
 
 impl LockKey {
     /// Checks `name` and builds its keys. Refused: empty names, names longer than `max_len`
     /// bytes, and names that are not UTF-8 (names appear in errors, logs and channel names,
     /// and a stray byte string is far more often a bug than a choice; encode binary ids as hex).
     pub(crate) fn new(prefix: &str, name: &[u8], max_len: usize) -> Result<Self, Error> {
-        let display = shorten(&String::from_utf8_lossy(name));
         let invalid = |reason: String| Error::InvalidKey {
-            key: display.clone(),
+            key: shorten(&String::from_utf8_lossy(name)),
             reason,
         };
         if name.is_empty() {
@@ -45,27 +57,36 @@ impl LockKey {
                 "the name is not UTF-8 ({e}); encode binary ids, e.g. as hex"
             ))
         })?;
-        let mut base = Vec::with_capacity(prefix.len() + name.len() + 3);
-        if !prefix.is_empty() {
-            base.extend_from_slice(prefix.as_bytes());
-            base.push(b':');
-        }
-        if has_hash_tag(name) {
-            base.extend_from_slice(name.as_bytes());
+        let separator = (!prefix.is_empty()).then_some(b':');
+        let (open, close) = if has_hash_tag(name) {
+            (None, None)
         } else {
-            base.push(b'{');
-            base.extend_from_slice(name.as_bytes());
-            base.push(b'}');
-        }
+            (Some(b'{'), Some(b'}'))
+        };
+        let start = prefix.len() + usize::from(separator.is_some()) + usize::from(open.is_some());
+        // One allocation: every part has a known length.
+        let base: Arc<[u8]> = prefix
+            .bytes()
+            .chain(separator)
+            .chain(open)
+            .chain(name.bytes())
+            .chain(close)
+            .collect();
+        let shortened = (name.len() > DISPLAY_MAX).then(|| Arc::from(shorten(name)));
         Ok(LockKey {
-            display: shorten(name),
             base,
+            name: start..start + name.len(),
+            shortened,
         })
     }
 
     /// The name for messages.
     pub(crate) fn name(&self) -> &str {
-        &self.display
+        match &self.shortened {
+            Some(short) => short,
+            // Checked to be UTF-8 in `new`; the fallback is never taken.
+            None => std::str::from_utf8(&self.base[self.name.clone()]).unwrap_or_default(),
+        }
     }
 
     /// The key that holds the lock.
@@ -73,24 +94,46 @@ impl LockKey {
         &self.base
     }
 
-    /// A helper key of this lock, in the same slot.
-    pub(crate) fn derived(&self, suffix: &str) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.base.len() + 1 + suffix.len());
-        k.extend_from_slice(&self.base);
-        k.push(b':');
-        k.extend_from_slice(suffix.as_bytes());
-        k
+    /// The key that holds the lock, shared: a reference count, not a copy.
+    pub(crate) fn shared(&self) -> &Arc<[u8]> {
+        &self.base
     }
 
     /// The pub/sub channel its releases are announced on.
     pub(crate) fn channel(&self) -> Vec<u8> {
-        self.derived("wake")
+        [&self.base[..], CHANNEL_SUFFIX].concat()
     }
 
     /// The counter that issues fencing tokens. It has no expiry: a counter that expired would
     /// restart at 1 and break the promise that tokens only grow.
     pub(crate) fn fence(&self) -> Vec<u8> {
-        self.derived("fence")
+        [&self.base[..], FENCE_SUFFIX].concat()
+    }
+
+    /// [`channel`](Self::channel) as a command argument, written without a copy of its own.
+    pub(crate) fn channel_arg(&self) -> Suffixed<'_> {
+        Suffixed(&self.base, CHANNEL_SUFFIX)
+    }
+
+    /// [`fence`](Self::fence) as a command argument, written without a copy of its own.
+    pub(crate) fn fence_arg(&self) -> Suffixed<'_> {
+        Suffixed(&self.base, FENCE_SUFFIX)
+    }
+}
+
+/// A key made of the lock key and a suffix, written straight into a command's buffer.
+pub(crate) struct Suffixed<'a>(&'a [u8], &'static [u8]);
+
+impl ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        use std::io::Write as _;
+        let mut arg = out.writer_for_next_arg();
+        // Writes into a growing in-memory buffer cannot fail.
+        let _ = arg.write_all(self.0);
+        let _ = arg.write_all(self.1);
     }
 }
 
@@ -139,6 +182,27 @@ mod tests {
     fn plain_names_are_wrapped_in_a_hash_tag() {
         assert_eq!(key("order:42").lock(), b"p:{order:42}");
         assert_eq!(key("order:42").fence(), b"p:{order:42}:fence");
+        assert_eq!(key("order:42").channel(), b"p:{order:42}:wake");
+        assert_eq!(key("order:42").name(), "order:42");
+        let bare = LockKey::new("", b"order:{42}", 1024).unwrap();
+        assert_eq!(bare.lock(), b"order:{42}");
+        assert_eq!(bare.name(), "order:{42}");
+    }
+
+    #[test]
+    fn suffixed_arguments_match_the_derived_keys() {
+        let k = key("order:42");
+        let mut cmd = redis::cmd("X");
+        cmd.arg(k.fence_arg()).arg(k.channel_arg());
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .skip(1)
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args, vec![k.fence(), k.channel()]);
     }
 
     #[test]

@@ -125,11 +125,11 @@ impl<'c> LockRequest<'c> {
                 }
                 token::owner_token()
             }
-            OwnerKind::Context => format!("{}:{context}", inner.id),
+            OwnerKind::Context => Arc::from(format!("{}:{context}", inner.id)),
         };
         let started = Instant::now();
         let deadline = started.checked_add(wait);
-        let mut waiter = Waiter::new(&inner.notifier, key.channel());
+        let mut waiter = Waiter::new(&inner.notifier, &key);
         // Tasks of this process already waiting for the lock go first (unless holders may
         // share it: a reader can get in beside the readers inside).
         if !wait.is_zero() && !algorithm.shared {
@@ -235,7 +235,7 @@ impl Grant<'_> {
     fn guard(
         &self,
         key: LockKey,
-        owner: String,
+        owner: Arc<str>,
         context: LockContext,
         fence: u64,
         sent: Instant,
@@ -257,7 +257,7 @@ impl Grant<'_> {
         });
         let registered = match self.algorithm.owner {
             OwnerKind::Token => {
-                inner.hold(key.lock(), context, lease.clone());
+                inner.hold(&key, context, lease.clone());
                 Some(context)
             }
             OwnerKind::Context => None,

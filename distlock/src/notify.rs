@@ -19,15 +19,18 @@ use std::time::{Duration, Instant};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 
+use crate::key::{LockKey, CHANNEL_SUFFIX};
 use crate::quorum::Nodes;
 
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
 
-/// The waiters of one process, per channel.
+/// The waiters of one process, per channel. Keyed by the lock's key (shared with the
+/// [`LockKey`], so an entry costs no copy of it); the channel is that key plus
+/// [`CHANNEL_SUFFIX`].
 #[derive(Default)]
 pub(crate) struct Channels {
-    map: Mutex<HashMap<Vec<u8>, Arc<Channel>>>,
+    map: Mutex<HashMap<Arc<[u8]>, Arc<Channel>>>,
 }
 
 struct Channel {
@@ -66,7 +69,7 @@ pub(crate) enum Arrival {
 
 /// A local first attempt in flight.
 pub(crate) struct InFlight {
-    channel: Vec<u8>,
+    key: LockKey,
     ch: Arc<Channel>,
     channels: Weak<Channels>,
 }
@@ -75,7 +78,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.ch.attempting.fetch_sub(1, Ordering::AcqRel);
         if let Some(channels) = self.channels.upgrade() {
-            channels.forget_if_idle(&self.channel, &self.ch);
+            channels.forget_if_idle(self.key.lock(), &self.ch);
         }
     }
 }
@@ -89,7 +92,10 @@ impl Channels {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
                     return;
                 };
-                let Some(ch) = self.lock().get(channel.as_slice()).cloned() else {
+                let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) else {
+                    return;
+                };
+                let Some(ch) = self.lock().get(key).cloned() else {
                     return;
                 };
                 // A release that frees the lock for many (a writer leaving a read/write lock
@@ -119,12 +125,11 @@ impl Channels {
     /// of racing them: a task that just released would otherwise win again at once, and a
     /// crowd arriving together would all hit Redis. Otherwise the caller attempts, marked as
     /// in flight until the returned [`Arrival::Attempt`] is dropped.
-    pub(crate) fn arrive(self: &Arc<Self>, channel: &[u8]) -> Arrival {
+    pub(crate) fn arrive(self: &Arc<Self>, key: &LockKey) -> Arrival {
+        // The map stays locked until this caller is counted in, so an arrival and a
+        // `forget_if_idle` cannot interleave.
         let mut map = self.lock();
-        let ch = map
-            .entry(channel.to_vec())
-            .or_insert_with(Channel::new)
-            .clone();
+        let ch = Self::entry(&mut map, key);
         if ch.waiters.load(Ordering::Acquire) > 0 || ch.attempting.load(Ordering::Acquire) > 0 {
             let until = *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner());
             return Arrival::Queue {
@@ -133,24 +138,36 @@ impl Channels {
         }
         ch.attempting.fetch_add(1, Ordering::AcqRel);
         Arrival::Attempt(InFlight {
-            channel: channel.to_vec(),
+            key: key.clone(),
             ch,
             channels: Arc::downgrade(self),
         })
     }
 
+    /// The entry of `key`'s channel, made if there is none (the key is shared, not copied).
+    /// The caller holds the map's lock until it has counted itself in.
+    fn entry(map: &mut HashMap<Arc<[u8]>, Arc<Channel>>, key: &LockKey) -> Arc<Channel> {
+        match map.get(key.lock()) {
+            Some(ch) => ch.clone(),
+            None => map
+                .entry(key.shared().clone())
+                .or_insert_with(Channel::new)
+                .clone(),
+        }
+    }
+
     /// Drops the channel's entry if nobody uses it any more.
-    fn forget_if_idle(&self, channel: &[u8], ch: &Arc<Channel>) {
+    fn forget_if_idle(&self, key: &[u8], ch: &Arc<Channel>) {
         let mut map = self.lock();
         let idle = ch.waiters.load(Ordering::Acquire) == 0
             && ch.attempting.load(Ordering::Acquire) == 0
             && ch.subscribed.try_lock().is_ok_and(|s| s.is_none());
-        if idle && map.get(channel).is_some_and(|c| Arc::ptr_eq(c, ch)) {
-            map.remove(channel);
+        if idle && map.get(key).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+            map.remove(key);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Arc<Channel>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Arc<Channel>>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -178,19 +195,16 @@ impl Notifier {
     /// process or preceded the first joiner's re-check.
     pub(crate) async fn subscribe(
         &self,
-        channel: &[u8],
+        key: &LockKey,
     ) -> redis::RedisResult<(Subscription, bool)> {
         let ch = {
             let mut map = self.channels.lock();
-            let ch = map
-                .entry(channel.to_vec())
-                .or_insert_with(Channel::new)
-                .clone();
+            let ch = Channels::entry(&mut map, key);
             ch.waiters.fetch_add(1, Ordering::AcqRel);
             ch
         };
         let subscription = Subscription {
-            channel: channel.to_vec(),
+            key: key.clone(),
             ch: ch.clone(),
             channels: Arc::downgrade(&self.channels),
             nodes: self.nodes.clone(),
@@ -203,9 +217,10 @@ impl Notifier {
         // enough, and hears each release once. Prefer a node whose vote counts.
         let mut order: Vec<usize> = (0..self.nodes.nodes.len()).collect();
         order.sort_by_key(|&i| !self.nodes.nodes[i].trusted());
+        let channel = key.channel();
         let mut last_error = None;
         for i in order {
-            match self.nodes.nodes[i].conn.clone().subscribe(channel).await {
+            match self.nodes.nodes[i].conn.clone().subscribe(&channel).await {
                 Ok(()) => {
                     *subscribed = Some(i);
                     return Ok((subscription, true));
@@ -219,7 +234,7 @@ impl Notifier {
 
 /// One waiter's place in a channel's queue; leaving the last place unsubscribes.
 pub(crate) struct Subscription {
-    channel: Vec<u8>,
+    key: LockKey,
     ch: Arc<Channel>,
     channels: Weak<Channels>,
     nodes: Arc<Nodes>,
@@ -261,9 +276,9 @@ impl Drop for Subscription {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (ch, channel, channels, nodes) = (
+        let (ch, key, channels, nodes) = (
             self.ch.clone(),
-            std::mem::take(&mut self.channel),
+            self.key.clone(),
             self.channels.clone(),
             self.nodes.clone(),
         );
@@ -276,7 +291,7 @@ impl Drop for Subscription {
                 if nodes.nodes[i]
                     .conn
                     .clone()
-                    .unsubscribe(&channel)
+                    .unsubscribe(key.channel())
                     .await
                     .is_ok()
                 {
@@ -285,7 +300,7 @@ impl Drop for Subscription {
             }
             drop(subscribed);
             if let Some(channels) = channels.upgrade() {
-                channels.forget_if_idle(&channel, &ch);
+                channels.forget_if_idle(key.lock(), &ch);
             }
         });
     }

@@ -1,11 +1,21 @@
 //! Random identities: owner tokens and client ids.
 
+use std::sync::Arc;
+
 use rand::Rng;
 
 /// 128 random bits as 32 hex digits: a fresh owner token for one acquisition, so a release
 /// or extension can prove it is the holder (seeds 000-003: the value is a random UUID).
-pub(crate) fn owner_token() -> String {
-    format!("{:032x}", rand::rng().random::<u128>())
+/// Shared, since the guard and the watchdog both keep it: one allocation per acquisition.
+pub(crate) fn owner_token() -> Arc<str> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = rand::rng().random::<u128>();
+    let mut digits = [0u8; 32];
+    for (i, digit) in digits.iter_mut().enumerate() {
+        *digit = HEX[(bits >> (124 - 4 * i)) as usize & 0xf];
+    }
+    // ASCII hex digits: always UTF-8.
+    Arc::from(std::str::from_utf8(&digits).unwrap_or_default())
 }
 
 /// 64 random bits as 16 hex digits, naming one client (one process's connection set).
@@ -20,6 +30,9 @@ mod tests {
         let a = super::owner_token();
         let b = super::owner_token();
         assert_eq!(a.len(), 32);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
         assert_eq!(super::client_id().len(), 16);
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use crate::key::LockKey;
 use crate::notify::{Arrival, InFlight, Notifier, Subscription};
 
 /// First pause of the fallback backoff, used while no subscription is possible.
@@ -22,7 +23,7 @@ const UNKNOWN_HOLDER: Duration = Duration::from_millis(250);
 /// The state of one caller's wait for one lock.
 pub(crate) struct Waiter<'a> {
     notifier: &'a Notifier,
-    channel: Vec<u8>,
+    key: LockKey,
     subscription: Option<Subscription>,
     /// Marks this caller's first attempt as in flight, so local newcomers queue behind it.
     in_flight: Option<InFlight>,
@@ -30,10 +31,10 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl<'a> Waiter<'a> {
-    pub(crate) fn new(notifier: &'a Notifier, channel: Vec<u8>) -> Self {
+    pub(crate) fn new(notifier: &'a Notifier, key: &LockKey) -> Self {
         Waiter {
             notifier,
-            channel,
+            key: key.clone(),
             subscription: None,
             in_flight: None,
             backoffs: 0,
@@ -45,7 +46,7 @@ impl<'a> Waiter<'a> {
     /// (its attempt needs no wake-up) and starve the others, and a crowd arriving together
     /// would all strike Redis for one winner.
     pub(crate) async fn arrive(&mut self, left: Duration) {
-        match self.notifier.channels().arrive(&self.channel) {
+        match self.notifier.channels().arrive(&self.key) {
             Arrival::Attempt(in_flight) => self.in_flight = Some(in_flight),
             Arrival::Queue { holder_until } => {
                 let cap = holder_until.map_or(UNKNOWN_HOLDER, |t| {
@@ -110,7 +111,7 @@ impl<'a> Waiter<'a> {
     ) -> bool {
         let sub = match self.subscription.take() {
             Some(sub) => sub,
-            None => match self.notifier.subscribe(&self.channel).await {
+            None => match self.notifier.subscribe(&self.key).await {
                 Ok((sub, first)) => {
                     self.in_flight = None;
                     if first {

@@ -31,7 +31,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(50);
 pub(crate) struct Watch {
     pub(crate) algorithm: &'static Algorithm,
     pub(crate) key: LockKey,
-    pub(crate) owner: String,
+    pub(crate) owner: Arc<str>,
     pub(crate) ttl_ms: u64,
     pub(crate) period: Duration,
     /// Renewal stops here (the optional cap on total hold time); the lease then runs out.
@@ -134,7 +134,7 @@ struct Due {
     id: u64,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: String,
+    owner: Arc<str>,
     ttl_ms: u64,
 }
 
@@ -175,14 +175,9 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
     if !node.trusted() {
         return nothing();
     }
-    let mut pipe = redis::pipe();
+    let mut pipe = redis::Pipeline::with_capacity(batch.len());
     for d in batch {
-        pipe.cmd("EVALSHA")
-            .arg(d.algorithm.extend.get_hash())
-            .arg(1)
-            .arg(d.key.lock())
-            .arg(&d.owner)
-            .arg(d.ttl_ms);
+        pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.owner, d.ttl_ms));
     }
     let mut conn = node.conn.clone();
     let query = pipe
@@ -257,14 +252,21 @@ fn record(shared: &Shared, batch: &[Due], replies: &[NodeReplies], quorum: usize
     }
 }
 
-/// Takes every lease at least half-way to its due time (so they share this round trip) and
-/// returns the earliest due time of the rest. Drops leases that are lost or past their cap.
+/// A tick: once the earliest lease is due, takes every lease at least half-way to its due
+/// time, so they share this round trip, and returns the earliest due time of the rest (or,
+/// before the earliest is due, nothing and when it will be). Drops leases that are lost or
+/// past their cap.
+///
+/// Waiting for a lease to be actually due before taking the half-way ones matters when locks
+/// are taken one after another: each lease then crosses its half-way point a moment after the
+/// previous one, and taking them as they cross would send a round trip per lock instead of one
+/// per tick. After a tick, every lease left is more than half a period from due, so ticks are
+/// at least half a period apart (failed renewals, retried sooner, aside).
 fn collect(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
     let now = Instant::now();
     let mut entries = shared.entries();
-    let mut batch = Vec::new();
-    let mut next: Option<Instant> = None;
-    entries.retain(|&id, e| {
+    let mut earliest: Option<Instant> = None;
+    entries.retain(|_, e| {
         if !e.watch.lease.is_valid() {
             e.watch.lease.declare_lost();
             return false;
@@ -273,21 +275,29 @@ fn collect(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
             // Capped: let the lease run out; the guard reports the loss at its deadline.
             return false;
         }
-        if e.due <= now + e.watch.period / 2 {
-            batch.push(Due {
-                id,
-                algorithm: e.watch.algorithm,
-                key: e.watch.key.clone(),
-                owner: e.watch.owner.clone(),
-                ttl_ms: e.watch.ttl_ms,
-            });
-            // Not again until this attempt's outcome sets a new due time.
-            e.due = now + e.watch.period;
-        } else {
-            next = Some(next.map_or(e.due, |n| n.min(e.due)));
-        }
+        earliest = Some(earliest.map_or(e.due, |t| t.min(e.due)));
         true
     });
+    let mut batch = Vec::new();
+    let mut next = earliest;
+    if earliest.is_some_and(|t| t <= now) {
+        next = None;
+        for (&id, e) in entries.iter_mut() {
+            if e.due <= now + e.watch.period / 2 {
+                batch.push(Due {
+                    id,
+                    algorithm: e.watch.algorithm,
+                    key: e.watch.key.clone(),
+                    owner: e.watch.owner.clone(),
+                    ttl_ms: e.watch.ttl_ms,
+                });
+                // Not again until this attempt's outcome sets a new due time.
+                e.due = now + e.watch.period;
+            } else {
+                next = Some(next.map_or(e.due, |n| n.min(e.due)));
+            }
+        }
+    }
     // Under the table's lock, so `watch` sees either this or the next wake-up time. While a
     // batch is out the task is awake and re-reads the table before sleeping again.
     shared.set_sleeping_until(if batch.is_empty() { next } else { Some(now) });

@@ -160,7 +160,62 @@ async fn a_held_lock_is_refused_to_a_second_owner_and_released_on_every_node() {
         "validity excludes elapsed time and drift"
     );
     g.release().await.expect("release");
-    assert_eq!(leftovers(&nodes, "held").await, 0);
+    // The call returns once a majority released it; the minority's releases are already on
+    // their way and finish on their own.
+    assert!(
+        released_everywhere(&nodes, "held").await,
+        "a node kept the lock after its release"
+    );
+}
+
+/// True once no live node holds the lock `name` (within 2 s).
+async fn released_everywhere(nodes: &RedisServers, name: &str) -> bool {
+    distlock_testkit::wait_until_async(Duration::from_secs(2), || async {
+        leftovers(nodes, name).await == 0
+    })
+    .await
+}
+
+/// A release needs a majority, not every node: two frozen nodes cost it nothing (it returns
+/// before their node timeout), and their releases, sent all the same, take effect once they
+/// run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_returns_at_the_majority_and_still_reaches_every_node() {
+    let mut nodes = RedisServers::start(5);
+    let locks = quorum(&nodes).await;
+    // Wanted: a hold on all five nodes, so that the frozen ones hold it too. An acquisition
+    // returns at the majority and drops the stragglers' requests, so it may hold on three.
+    let mut tries = 0;
+    let g = loop {
+        tries += 1;
+        assert!(tries <= 20, "no acquisition reached all five nodes");
+        let g = locks.lock("minority").try_acquire().await.expect("free");
+        let everywhere = distlock_testkit::wait_until_async(Duration::from_millis(200), || async {
+            leftovers(&nodes, "minority").await == 5
+        })
+        .await;
+        if everywhere {
+            break g;
+        }
+        g.release().await.expect("release");
+        assert!(released_everywhere(&nodes, "minority").await);
+    };
+    nodes[1].pause();
+    nodes[4].pause();
+    let started = Instant::now();
+    g.release().await.expect("the majority released it");
+    let took = started.elapsed();
+    assert!(
+        took < NODE_TIMEOUT,
+        "release waited for the frozen minority: {took:?}"
+    );
+    assert!(released_everywhere(&nodes, "minority").await);
+    nodes[1].resume();
+    nodes[4].resume();
+    assert!(
+        released_everywhere(&nodes, "minority").await,
+        "the frozen nodes dropped the lock once they ran again"
+    );
 }
 
 /// Counters that drifted apart (a node missed acquisitions) still give increasing tokens,

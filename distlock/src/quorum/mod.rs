@@ -25,7 +25,8 @@
 
 pub(crate) mod node;
 
-use std::sync::LazyLock;
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -67,10 +68,10 @@ impl Nodes {
         &'a self,
         all_nodes: bool,
         op: F,
-    ) -> FuturesUnordered<impl std::future::Future<Output = (usize, Answer<T>)> + 'a>
+    ) -> FuturesUnordered<impl Future<Output = (usize, Answer<T>)> + 'a>
     where
         F: Fn(ConnectionManager) -> Fut + 'a,
-        Fut: std::future::Future<Output = Result<T, Error>> + 'a,
+        Fut: Future<Output = Result<T, Error>> + 'a,
         T: 'a,
     {
         self.nodes
@@ -78,28 +79,32 @@ impl Nodes {
             .enumerate()
             .map(|(i, node)| {
                 let call = (all_nodes || node.trusted()).then(|| op(node.conn.clone()));
+                async move { (i, ask(node, self.node_timeout, call).await) }
+            })
+            .collect()
+    }
+
+    /// [`fan_out`](Self::fan_out) whose requests own what they use, so that those still on
+    /// their way once the outcome is decided can be left to finish in a task of their own.
+    fn fan_out_owned<T, F, Fut>(
+        self: &Arc<Self>,
+        all_nodes: bool,
+        op: F,
+    ) -> FuturesUnordered<impl Future<Output = (usize, Answer<T>)> + Send + 'static>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let call = (all_nodes || node.trusted()).then(|| op(node.conn.clone()));
+                let nodes = self.clone();
                 async move {
-                    let fail = |reason: String| NodeError {
-                        node: node.addr.clone(),
-                        reason,
-                    };
-                    let Some(call) = call else {
-                        return (
-                            i,
-                            Err(fail(
-                                "restarted recently; not counted until the restart delay passed"
-                                    .into(),
-                            )),
-                        );
-                    };
-                    match tokio::time::timeout(self.node_timeout, call).await {
-                        Ok(Ok(v)) => (i, Ok(v)),
-                        Ok(Err(e)) => (i, Err(fail(e.to_string()))),
-                        Err(_) => (
-                            i,
-                            Err(fail(format!("no answer within {:?}", self.node_timeout))),
-                        ),
-                    }
+                    let node = &nodes.nodes[i];
+                    (i, ask(node, nodes.node_timeout, call).await)
                 }
             })
             .collect()
@@ -120,10 +125,10 @@ impl Nodes {
                 .try_acquire(&mut conn, key, owner, ttl_ms, unsure, want_holder_ttl)
                 .await;
         }
+        // One command for all nodes.
+        let cmd = &algorithm.acquire_cmd(key, owner, ttl_ms, unsure, true);
         let mut answers = self.fan_out(false, |mut conn| async move {
-            algorithm
-                .try_acquire(&mut conn, key, owner, ttl_ms, unsure, true)
-                .await
+            algorithm.send_acquire(&mut conn, key, cmd).await
         });
         let (mut granted, mut busy, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         let mut answered = 0;
@@ -134,7 +139,9 @@ impl Nodes {
                 Ok(Attempt::Busy { holder_ttl }) => busy.push(holder_ttl),
                 Err(e) => errors.push(e),
             }
-            // A majority decided: the stragglers cannot change the outcome.
+            // A majority decided: the stragglers cannot change the outcome. Their requests
+            // are dropped, not waited for: one that reached its node took the lock there,
+            // and every release goes to all nodes.
             if granted.len() >= self.quorum || busy.len() >= self.quorum {
                 break;
             }
@@ -149,7 +156,7 @@ impl Nodes {
         // Not ours: give back what was granted, and what may have been granted unseen (a node
         // that failed to answer, or one still on its way when the majority said busy).
         if !granted.is_empty() || !errors.is_empty() || answered < self.nodes.len() {
-            self.release(algorithm, key, owner).await.ok();
+            self.release_everywhere(algorithm, key, owner).await;
         }
         if granted.len() + busy.len() >= self.quorum {
             // The lock is held elsewhere; wait for the earliest lease to end.
@@ -208,8 +215,15 @@ impl Nodes {
     }
 
     /// Gives the hold back on every node (trusted or not). True when a majority still had it.
+    ///
+    /// Returns as soon as the answers decide (a majority said yes, or enough said no that a
+    /// majority cannot), like an acquisition. The requests to the other nodes are already on
+    /// their way; they are not dropped but finish in a task of their own, so a slow or frozen
+    /// minority costs a release nothing and every node still frees the lock. Each node's
+    /// connection keeps its order: a later request of this client reaches a node after the
+    /// release did.
     pub(crate) async fn release(
-        &self,
+        self: &Arc<Self>,
         algorithm: &'static Algorithm,
         key: &LockKey,
         owner: &str,
@@ -217,18 +231,30 @@ impl Nodes {
         if let Some(mut conn) = self.single() {
             return algorithm.try_release(&mut conn, key, owner).await;
         }
-        let answers = self
-            .fan_out(true, |mut conn| async move {
-                algorithm.try_release(&mut conn, key, owner).await
-            })
-            .collect::<Vec<_>>()
-            .await;
-        self.decide(key, answers)
+        let cmd = Arc::new(algorithm.release_cmd(key, owner));
+        let answers = self.fan_out_owned(true, |mut conn| {
+            let (cmd, key) = (cmd.clone(), key.clone());
+            async move { algorithm.send_release(&mut conn, &key, &cmd).await }
+        });
+        self.decide(key, answers).await
     }
 
-    /// Renews the hold on every trusted node. True when a majority renewed it.
+    /// Gives the hold back on every node and waits for all of them (or their timeouts): a
+    /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
+    async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, owner: &str) {
+        let cmd = &algorithm.release_cmd(key, owner);
+        self.fan_out(true, |mut conn| async move {
+            algorithm.send_release(&mut conn, key, cmd).await
+        })
+        .for_each(|_| async {})
+        .await;
+    }
+
+    /// Renews the hold on every trusted node. True when a majority renewed it; returns as
+    /// soon as the answers decide, the other renewals finishing on their own (see
+    /// [`release`](Self::release)).
     pub(crate) async fn extend(
-        &self,
+        self: &Arc<Self>,
         algorithm: &'static Algorithm,
         key: &LockKey,
         owner: &str,
@@ -237,26 +263,47 @@ impl Nodes {
         if let Some(mut conn) = self.single() {
             return algorithm.try_extend(&mut conn, key, owner, ttl_ms).await;
         }
-        let answers = self
-            .fan_out(false, |mut conn| async move {
-                algorithm.try_extend(&mut conn, key, owner, ttl_ms).await
-            })
-            .collect::<Vec<_>>()
-            .await;
-        self.decide(key, answers)
+        let cmd = Arc::new(algorithm.extend_cmd(key, owner, ttl_ms));
+        let answers = self.fan_out_owned(false, |mut conn| {
+            let (cmd, key) = (cmd.clone(), key.clone());
+            async move { algorithm.send_extend(&mut conn, &key, &cmd).await }
+        });
+        self.decide(key, answers).await
     }
 
-    /// Counts yes/no answers: true with a majority of yes, false once a majority can no
-    /// longer say yes because nodes said no, else (too many unreachable) the quorum error.
-    fn decide(&self, key: &LockKey, answers: Vec<(usize, Answer<bool>)>) -> Result<bool, Error> {
-        let yes = answers
-            .iter()
-            .filter(|(_, a)| matches!(a, Ok(true)))
-            .count();
-        let no = answers
-            .iter()
-            .filter(|(_, a)| matches!(a, Ok(false)))
-            .count();
+    /// Counts yes/no answers as they come: true with a majority of yes, false once a majority
+    /// can no longer say yes because nodes said no, else (too many unreachable, known once
+    /// every node answered or timed out) the quorum error. Requests still on their way when
+    /// the outcome is decided finish in a spawned task.
+    async fn decide<F>(
+        &self,
+        key: &LockKey,
+        mut answers: FuturesUnordered<F>,
+    ) -> Result<bool, Error>
+    where
+        F: Future<Output = (usize, Answer<bool>)> + Send + 'static,
+    {
+        let (mut yes, mut no, mut errors) = (0, 0, Vec::new());
+        while let Some((_, answer)) = answers.next().await {
+            match answer {
+                Ok(true) => yes += 1,
+                Ok(false) => no += 1,
+                Err(e) => errors.push(e),
+            }
+            if yes >= self.quorum || no > self.nodes.len() - self.quorum {
+                break;
+            }
+        }
+        if !answers.is_empty() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(answers.for_each(|_| async {}));
+                }
+                // No runtime to hand them to (cannot happen inside `async` code run by Tokio):
+                // wait for them here rather than drop them.
+                Err(_) => answers.for_each(|_| async {}).await,
+            }
+        }
         if yes >= self.quorum {
             return Ok(true);
         }
@@ -267,7 +314,30 @@ impl Nodes {
             key: key.name().to_owned(),
             acked: yes,
             needed: self.quorum,
-            errors: answers.into_iter().filter_map(|(_, a)| a.err()).collect(),
+            errors,
         })
+    }
+}
+
+/// One node's answer to one request: bounded by the per-node timeout; a node not counted now
+/// (restarted recently) gets no request (`call` is `None`) and answers with why.
+async fn ask<T>(
+    node: &Node,
+    node_timeout: Duration,
+    call: Option<impl Future<Output = Result<T, Error>>>,
+) -> Answer<T> {
+    let fail = |reason: String| NodeError {
+        node: node.addr.clone(),
+        reason,
+    };
+    let Some(call) = call else {
+        return Err(fail(
+            "restarted recently; not counted until the restart delay passed".into(),
+        ));
+    };
+    match tokio::time::timeout(node_timeout, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail(format!("no answer within {node_timeout:?}"))),
     }
 }

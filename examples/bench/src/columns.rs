@@ -90,6 +90,18 @@ impl Kind {
         }
     }
 
+    /// Why the column has no S6 (many held locks renewed by a watchdog); `None` if it has one.
+    pub fn no_watchdog(self) -> Option<&'static str> {
+        match self {
+            Kind::Distlock => None,
+            Kind::Rslock => Some(
+                "no watchdog: rslock renews only when asked (`extend`, one request per lock per node), so there is no batched renewal to measure",
+            ),
+            Kind::Redlock => Some("no watchdog and no extend: a lock lives for its ttl"),
+            Kind::Limit => Some("baseline without renewal: a lock lives for its ttl"),
+        }
+    }
+
     /// Connects to one node (`urls.len() == 1`) or to independent quorum nodes. `Err` says
     /// why the column cannot run there; the report prints it as "n/a".
     pub async fn connect(self, urls: &[String]) -> Result<Arc<dyn Column>, String> {

@@ -136,6 +136,10 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
             .spawn_blocking_p50_us
             .push(scenarios::spawn_blocking_p50(plan.ping_count).await);
         for scenario in Scenario::ALL {
+            if scenario == Scenario::S6 {
+                held_locks(plan, node, round, results).await;
+                continue;
+            }
             let columns = if scenario.quorum() { &quorum } else { &single };
             let mut kinds = Vec::new();
             let mut entries = Vec::new();
@@ -188,6 +192,27 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
             }
         }
     }
+}
+
+/// S6 for the columns that have a batched watchdog (distlock); the others are n/a with why.
+async fn held_locks(plan: &Plan, node: &RedisServer, round: usize, results: &mut Results) {
+    let started = Instant::now();
+    for kind in Kind::ALL {
+        let cell = results.cell(Scenario::S6, kind);
+        if let Some(reason) = kind.no_watchdog() {
+            cell.na = Some(reason.to_owned());
+            continue;
+        }
+        let key = format!("bench:S6:{}:r{round}", kind.name());
+        match scenarios::held_locks(node, &key, plan.s6_window).await {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("S6 {}: {e}", kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!("  S6   {:>6.2} s", started.elapsed().as_secs_f64());
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine shows up here.

@@ -21,6 +21,11 @@ const S2_TASKS: usize = 32;
 const S3_TASKS: usize = 8;
 pub const S3_HOLD: Duration = Duration::from_micros(200);
 pub const S3B_HOLD: Duration = Duration::from_millis(5);
+/// S6: locks held at once, their ttl (the watchdog renews every ttl/3), and the tasks that
+/// take them.
+pub const S6_LOCKS: usize = 10_000;
+pub const S6_TTL: Duration = Duration::from_secs(3);
+const S6_TASKS: usize = 50;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
@@ -29,15 +34,17 @@ pub enum Scenario {
     S3,
     S3b,
     S4,
+    S6,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
         Scenario::S3b,
         Scenario::S4,
+        Scenario::S6,
     ];
 
     pub fn id(self) -> &'static str {
@@ -47,6 +54,7 @@ impl Scenario {
             Scenario::S3 => "S3",
             Scenario::S3b => "S3b",
             Scenario::S4 => "S4",
+            Scenario::S6 => "S6",
         }
     }
 
@@ -57,6 +65,7 @@ impl Scenario {
             Scenario::S3 => "S3 8 tasks, one key, hold 200 µs",
             Scenario::S3b => "S3b 8 tasks, one key, hold 5 ms",
             Scenario::S4 => "S4 5-node quorum acquire+release, 1 task",
+            Scenario::S6 => "S6 10,000 held locks under the watchdog (ttl 3 s)",
         }
     }
 
@@ -77,6 +86,8 @@ pub struct Plan {
     pub s3_duration: Duration,
     /// Length of the one extra S3 run per column under MONITOR (outside the timed rounds).
     pub accounting_duration: Duration,
+    /// S6: how long the 10,000 locks are held and measured (several renewal periods).
+    pub s6_window: Duration,
     pub warmup_cycles: usize,
 }
 
@@ -91,6 +102,7 @@ impl Plan {
                 s2_duration: Duration::from_millis(500),
                 s3_duration: Duration::from_secs(1),
                 accounting_duration: Duration::from_millis(500),
+                s6_window: Duration::from_secs(3),
                 warmup_cycles: 50,
             }
         } else {
@@ -102,6 +114,7 @@ impl Plan {
                 s2_duration: Duration::from_secs(2),
                 s3_duration: Duration::from_secs(3),
                 accounting_duration: Duration::from_secs(1),
+                s6_window: Duration::from_secs(6),
                 warmup_cycles: 200,
             }
         }
@@ -132,6 +145,11 @@ pub async fn run_round(
         Scenario::S1 => latency(entries, plan.s1_cycles).await,
         Scenario::S4 => latency(entries, plan.s4_cycles).await,
         Scenario::S2 => throughput(entries, plan.s2_duration).await,
+        // Only distlock has a batched watchdog; `main` runs S6 on its own (`held_locks`).
+        Scenario::S6 => entries
+            .iter()
+            .map(|_| Err("S6 runs through `held_locks`".to_owned()))
+            .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
             let hold = if scenario == Scenario::S3 {
@@ -364,6 +382,122 @@ async fn contended(
         handoffs,
         max_occupancy: probe.max_inside.load(Ordering::SeqCst),
     })
+}
+
+/// S6: one fresh distlock `Client` takes `S6_LOCKS` distinct locks (ttl `S6_TTL`, watchdog
+/// on, as users get it) from `S6_TASKS` tasks, then holds them all for `window` while this
+/// process does nothing else, and measures the watchdog's renewal traffic and the CPU it costs
+/// the client and the server. Every guard must still be held at the end; then all are released.
+pub async fn held_locks(
+    server: &RedisServer,
+    key: &str,
+    window: Duration,
+) -> Result<Metrics, String> {
+    let client = distlock::Client::connect(&server.url())
+        .await
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let per_task = S6_LOCKS / S6_TASKS;
+    let tasks: Vec<_> = (0..S6_TASKS)
+        .map(|t| {
+            let (client, key) = (client.clone(), key.to_owned());
+            tokio::spawn(async move {
+                let mut guards = Vec::with_capacity(per_task);
+                for i in 0..per_task {
+                    let guard = client
+                        .lock(format!("{key}:{}", t * per_task + i))
+                        .ttl(S6_TTL)
+                        .wait(WAIT)
+                        .acquire()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    guards.push(guard);
+                }
+                Ok::<_, String>(guards)
+            })
+        })
+        .collect();
+    let mut guards = Vec::with_capacity(S6_LOCKS);
+    for task in tasks {
+        guards.extend(task.await.map_err(|e| e.to_string())??);
+    }
+    let acquire_s = started.elapsed().as_secs_f64();
+
+    let (trips_before, stats_before) = (client.renewal_round_trips(), server.commandstats());
+    let (cpu_before, server_cpu_before) = (process_cpu(), pid_cpu(server.pid()));
+    let window_started = Instant::now();
+    tokio::time::sleep(window).await;
+    let elapsed = window_started.elapsed().as_secs_f64();
+    let (cpu, server_cpu) = (
+        process_cpu() - cpu_before,
+        pid_cpu(server.pid()) - server_cpu_before,
+    );
+    let trips = (client.renewal_round_trips() - trips_before) as f64;
+    // Nothing but renewals reaches the server in the window: one EVALSHA each.
+    let renewals = commands(&stats_before, &server.commandstats(), "evalsha") as f64;
+    let held = guards.iter().filter(|g| g.is_held()).count();
+
+    // Released from as many tasks as took them.
+    let mut releases = tokio::task::JoinSet::new();
+    let mut rest = guards;
+    while !rest.is_empty() {
+        let chunk: Vec<distlock::Guard> = rest.drain(..per_task.min(rest.len())).collect();
+        releases.spawn(async move {
+            for guard in chunk {
+                guard.release().await.map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(done) = releases.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+
+    let period = (S6_TTL / 3).as_secs_f64();
+    Ok(Metrics::from([
+        ("held_at_end", held as f64),
+        ("acquire_s", acquire_s),
+        ("round_trips_per_s", trips / elapsed),
+        ("round_trips_per_period", trips / (elapsed / period)),
+        ("renewals_per_s", renewals / elapsed),
+        ("renewals_per_round_trip", renewals / trips.max(1.0)),
+        ("client_cpu_pct", 100.0 * cpu.as_secs_f64() / elapsed),
+        ("server_cpu_pct", 100.0 * server_cpu.as_secs_f64() / elapsed),
+    ]))
+}
+
+/// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// User + system CPU time of another process, from `/proc/<pid>/stat` (clock ticks).
+fn pid_cpu(pid: u32) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name, which is in parentheses: utime and stime are the
+            // 12th and 13th of them.
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / per_second)
+}
+
+/// Calls of one command between two `INFO commandstats` snapshots.
+fn commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, name: &str) -> u64 {
+    after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
 }
 
 /// Commands the server executed between two `INFO commandstats` snapshots, without the
