@@ -136,6 +136,10 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
             .spawn_blocking_p50_us
             .push(scenarios::spawn_blocking_p50(plan.ping_count).await);
         for scenario in Scenario::ALL {
+            if scenario == Scenario::S5 {
+                annotated(plan, node, round, results).await;
+                continue;
+            }
             if scenario == Scenario::S6 {
                 held_locks(plan, node, round, results).await;
                 continue;
@@ -192,6 +196,27 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
             }
         }
     }
+}
+
+/// S5 for the column with lock attributes (distlock); the peers have none.
+async fn annotated(plan: &Plan, node: &RedisServer, round: usize, results: &mut Results) {
+    let started = Instant::now();
+    for kind in Kind::ALL {
+        let cell = results.cell(Scenario::S5, kind);
+        if kind != Kind::Distlock {
+            cell.na = Some("no attribute macro".to_owned());
+            continue;
+        }
+        let key = format!("bench:S5:{}:r{round}", kind.name());
+        match scenarios::annotated(node, &key, plan.s1_cycles).await {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("S5 {}: {e}", kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!("  S5   {:>6.2} s", started.elapsed().as_secs_f64());
 }
 
 /// S6 for the columns that have a batched watchdog (distlock); the others are n/a with why.

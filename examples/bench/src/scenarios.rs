@@ -34,16 +34,18 @@ pub enum Scenario {
     S3,
     S3b,
     S4,
+    S5,
     S6,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
         Scenario::S3b,
         Scenario::S4,
+        Scenario::S5,
         Scenario::S6,
     ];
 
@@ -54,6 +56,7 @@ impl Scenario {
             Scenario::S3 => "S3",
             Scenario::S3b => "S3b",
             Scenario::S4 => "S4",
+            Scenario::S5 => "S5",
             Scenario::S6 => "S6",
         }
     }
@@ -65,6 +68,7 @@ impl Scenario {
             Scenario::S3 => "S3 8 tasks, one key, hold 200 µs",
             Scenario::S3b => "S3b 8 tasks, one key, hold 5 ms",
             Scenario::S4 => "S4 5-node quorum acquire+release, 1 task",
+            Scenario::S5 => "S5 annotated fn vs the same lock by hand, 1 task",
             Scenario::S6 => "S6 10,000 held locks under the watchdog (ttl 3 s)",
         }
     }
@@ -145,10 +149,11 @@ pub async fn run_round(
         Scenario::S1 => latency(entries, plan.s1_cycles).await,
         Scenario::S4 => latency(entries, plan.s4_cycles).await,
         Scenario::S2 => throughput(entries, plan.s2_duration).await,
-        // Only distlock has a batched watchdog; `main` runs S6 on its own (`held_locks`).
-        Scenario::S6 => entries
+        // Only distlock has a batched watchdog and the attributes; `main` runs S5 and S6 on
+        // their own (`annotated`, `held_locks`).
+        Scenario::S5 | Scenario::S6 => entries
             .iter()
-            .map(|_| Err("S6 runs through `held_locks`".to_owned()))
+            .map(|_| Err("S5 and S6 run through `annotated` and `held_locks`".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -628,4 +633,53 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
+}
+
+/// The lock S5 takes through the attribute: the same settings as the hand-written cycle
+/// (ttl 10 s, wait 10 s, the watchdog at its default period), an empty body.
+#[distlock::distributed_lock(key = "<key>", client = client, ttl = "10s", wait = "10s")]
+async fn annotated_cycle(client: &distlock::Client, key: &str) -> Result<(), distlock::Error> {
+    Ok(())
+}
+
+/// S5: sequential cycles of the annotated fn and of the same lock taken by hand, taking
+/// turns of `SLICE_CYCLES` on one client: p50/p99 of each, and their ratio in this round.
+pub async fn annotated(server: &RedisServer, key: &str, cycles: usize) -> Result<Metrics, String> {
+    let client = distlock::Client::connect(&server.url())
+        .await
+        .map_err(|e| e.to_string())?;
+    let by_hand_key = format!("{key}:hand");
+    let mut annotated = Vec::with_capacity(cycles);
+    let mut by_hand = Vec::with_capacity(cycles);
+    for start in (0..cycles).step_by(SLICE_CYCLES) {
+        for _ in start..(start + SLICE_CYCLES).min(cycles) {
+            let started = Instant::now();
+            annotated_cycle(&client, key)
+                .await
+                .map_err(|e| e.to_string())?;
+            annotated.push(started.elapsed());
+        }
+        for _ in start..(start + SLICE_CYCLES).min(cycles) {
+            let started = Instant::now();
+            let guard = client
+                .lock(&by_hand_key)
+                .ttl(crate::columns::TTL)
+                .wait(WAIT)
+                .acquire()
+                .await
+                .map_err(|e| e.to_string())?;
+            guard.release().await.map_err(|e| e.to_string())?;
+            by_hand.push(started.elapsed());
+        }
+    }
+    annotated.sort_unstable();
+    by_hand.sort_unstable();
+    let (a50, h50) = (percentile(&annotated, 0.50), percentile(&by_hand, 0.50));
+    Ok(Metrics::from([
+        ("annotated_p50_us", micros(a50)),
+        ("annotated_p99_us", micros(percentile(&annotated, 0.99))),
+        ("by_hand_p50_us", micros(h50)),
+        ("by_hand_p99_us", micros(percentile(&by_hand, 0.99))),
+        ("ratio_p50", a50.as_secs_f64() / h50.as_secs_f64()),
+    ]))
 }
