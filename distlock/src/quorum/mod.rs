@@ -158,6 +158,13 @@ impl Nodes {
         if !granted.is_empty() || !errors.is_empty() || answered < self.nodes.len() {
             self.release_everywhere(algorithm, key, owner).await;
         }
+        if !granted.is_empty() {
+            // A split vote: another client holds part of the majority we lack and is giving
+            // it back too. Both would be woken by each other's release and collide again, so
+            // back off for a random moment first (the Redlock description's random delay).
+            let jitter = rand::random_range(Duration::ZERO..=self.node_timeout / 2);
+            tokio::time::sleep(jitter).await;
+        }
         if granted.len() + busy.len() >= self.quorum {
             // The lock is held elsewhere; wait for the earliest lease to end.
             let holder_ttl = busy.iter().flatten().min().copied();
