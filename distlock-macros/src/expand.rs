@@ -240,7 +240,14 @@ fn client_expr(model: &LockModel) -> TokenStream {
             group.set_span(span);
             quote_spanned!(span=> #private::client(&#group))
         }
-        None => quote!(#private::default_client()),
+        // Redlock fns take the quorum default, so one process can set a single-node default
+        // for its other locks and a quorum default for its Redlock ones.
+        None => match &model.kind {
+            LockKind::Exclusive { mode } if matches!(mode.value, Mode::Redlock) => {
+                quote!(#private::default_quorum_client())
+            }
+            _ => quote!(#private::default_client()),
+        },
     }
 }
 

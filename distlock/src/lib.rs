@@ -78,8 +78,8 @@ mod wait;
 mod watchdog;
 
 pub use client::{
-    default_client, set_default, Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    default_client, default_quorum_client, set_default, Client, ClientBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};

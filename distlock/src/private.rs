@@ -359,6 +359,11 @@ pub fn default_client() -> Result<Cow<'static, Client>, Error> {
     crate::client::default_client().map(Cow::Borrowed)
 }
 
+/// No `client = ..` in a `mode = "redlock"` fn: the quorum default, or [`Error::NoClient`].
+pub fn default_quorum_client() -> Result<Cow<'static, Client>, Error> {
+    crate::client::default_quorum_client().map(Cow::Borrowed)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The lease, as the body sees it.
 

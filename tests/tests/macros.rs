@@ -671,12 +671,36 @@ async fn no_client_is_an_error_through_the_fn_error_type() {
 
 const CHILD_DEFAULT: &str = "DISTLOCK_MACROS_CHILD_DEFAULT";
 
+const CHILD_QUORUM: &str = "DISTLOCK_MACROS_CHILD_QUORUM";
+
 #[tokio::test]
 async fn the_default_client_is_used_without_client_argument() {
     let server = RedisServer::start();
-    let child = spawn_child("child_default_client", &[(CHILD_DEFAULT, server.url())]);
+    let nodes = RedisServers::start(3);
+    let child = spawn_child(
+        "child_default_client",
+        &[
+            (CHILD_DEFAULT, server.url()),
+            (CHILD_QUORUM, nodes.urls().join(",")),
+        ],
+    );
     let said = finish_child(child);
     assert!(said.contains("DEFAULT OK"), "child said {said:?}");
+}
+
+/// A Redlock fn without `client = ..`: runs on the quorum default. Reports where its lock is
+/// while the body runs: (on the quorum's first node, on the single-node default's server).
+#[distributed_lock(key = "qd:<id>", mode = "redlock")]
+async fn quorum_default(
+    id: u32,
+    quorum_node: &redis::aio::MultiplexedConnection,
+    single: &redis::aio::MultiplexedConnection,
+) -> Result<(bool, bool), AppError> {
+    let name = format!("qd:{id}");
+    Ok((
+        exists(quorum_node, &name).await,
+        exists(single, &name).await,
+    ))
 }
 
 /// Run by `the_default_client_is_used_without_client_argument`; does nothing when run directly.
@@ -699,6 +723,32 @@ async fn child_default_client() {
     let busy = as_other_owner(orphan_once(6)).await.unwrap_err().lock();
     assert!(matches!(busy, Error::Busy { .. }), "{busy}");
     held.release().await.expect("release");
+
+    // With only a single-node default, a Redlock fn gets the clear error, not a weaker lock.
+    let quorum_urls = std::env::var(CHILD_QUORUM).expect("quorum urls");
+    let first_node = redis::Client::open(quorum_urls.split(',').next().expect("a node"))
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let refused = quorum_default(7, &first_node, &conn)
+        .await
+        .unwrap_err()
+        .lock();
+    assert!(matches!(refused, Error::InvalidConfig { .. }), "{refused}");
+    // A quorum default beside the single-node one: Redlock fns use it, the others do not.
+    let quorum = Client::quorum(quorum_urls.split(','))
+        .await
+        .expect("quorum");
+    distlock::set_default(quorum).expect("first quorum default");
+    let (on_quorum, on_single) = quorum_default(7, &first_node, &conn)
+        .await
+        .expect("redlock");
+    assert!(
+        on_quorum && !on_single,
+        "redlock fn used the quorum default"
+    );
+    assert_eq!(orphan(8).await.expect("still the single-node default"), 8);
     println!("DEFAULT OK");
 }
 
