@@ -34,12 +34,12 @@ async fn the_watchdog_keeps_a_lock_alive_past_its_ttl() {
     let locks = client(&server).await;
     let g = locks
         .lock("long")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(600))
         .try_acquire()
         .await
         .expect("free");
     // The work outlasts the ttl three times over.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
     assert!(g.is_held());
     assert!(pttl(&server, "long").await > 0, "renewed on the server");
     let busy = as_other_owner(locks.lock("long").try_acquire())
