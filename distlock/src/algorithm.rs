@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` |
 //! | release | lock, wake-up channel | owner            | `1` released / `0` not ours                |
 //! | extend  | lock                  | owner, ttl in ms | `1` renewed / `0` not ours                 |
 
@@ -215,6 +215,10 @@ fn parse_acquire(key: &LockKey, reply: Value) -> Result<Attempt, Error> {
         }),
         [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
             holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),
+        }),
+        // Refused for good, not busy: the task holds the read side and asked for the write side.
+        [Value::Int(-2), _] => Err(Error::Upgrade {
+            key: key.name().to_owned(),
         }),
         [Value::Int(-1), found] => Err(Error::WrongType {
             key: key.name().to_owned(),

@@ -209,13 +209,6 @@ impl Error {
     }
 
     pub(crate) fn redis(op: Op, key: &str, source: redis::RedisError) -> Self {
-        // The read/write lock's script refuses an upgrade with its own error code: the
-        // acquire reply convention has no shape for "refused for good" (see crate::rwlock).
-        if source.code() == Some(crate::rwlock::UPGRADE_REFUSED) {
-            return Error::Upgrade {
-                key: key.to_owned(),
-            };
-        }
         Error::Redis {
             op,
             key: Some(key.to_owned()),

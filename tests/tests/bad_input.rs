@@ -132,41 +132,21 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
 #[tokio::test]
 async fn no_server_listening_fails_within_the_connect_timeout() {
     // A port that refuses connections ...
-    let port = TcpListener::bind("127.0.0.1:0")
+    let refused = TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
-        .expect("addr")
-        .port();
-    let started = Instant::now();
-    let err = Client::builder(&format!("redis://127.0.0.1:{port}"))
-        .connect_timeout(Duration::from_millis(300))
-        .connect()
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Redis {
-                op: Op::Connect,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "no hang: {:?}",
-        started.elapsed()
-    );
-
+        .expect("addr");
+    connect_fails_fast(&format!("redis://{refused}")).await;
     // ... and one that accepts but never answers.
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!(
-        "redis://127.0.0.1:{}",
-        silent.local_addr().expect("addr").port()
-    );
+    connect_fails_fast(&format!("redis://{}", silent.local_addr().expect("addr"))).await;
+}
+
+/// Connecting to `url` fails with a retryable connect error, within the 300 ms connect
+/// timeout plus generous slack: the point is that it does not hang.
+async fn connect_fails_fast(url: &str) {
     let started = Instant::now();
-    let err = Client::builder(&url)
+    let err = Client::builder(url)
         .connect_timeout(Duration::from_millis(300))
         .connect()
         .await

@@ -4,9 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, assert_safe, lock_key, run_contenders};
+use common::{as_other_owner, contend_across_processes, lock_key};
 use distlock::{Client, Error};
-use distlock_testkit::{Observer, RedisServers};
+use distlock_testkit::RedisServers;
 use redis::AsyncCommands;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -36,28 +36,8 @@ async fn leftovers(nodes: &RedisServers, name: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_across_processes_keeps_exclusion_and_fencing() {
-    const TARGET: u64 = 600;
     let nodes = RedisServers::start(5);
-    let observer_server = distlock_testkit::RedisServer::start();
-    let urls = nodes.urls().join(",");
-    let per_process = run_contenders(
-        2,
-        &[
-            "mutex",
-            "setnx",
-            &urls,
-            &observer_server.url(),
-            "rl",
-            "4",
-            &TARGET.to_string(),
-        ],
-    );
-    assert!(per_process.iter().sum::<u64>() >= TARGET);
-    assert!(
-        per_process.iter().all(|&n| n > 0),
-        "every process got the lock: {per_process:?}"
-    );
-    assert_safe(&Observer::connect(&observer_server.url(), "rl").await).await;
+    contend_across_processes("setnx", &nodes.urls().join(","), 600).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

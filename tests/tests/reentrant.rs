@@ -5,9 +5,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{as_other_owner, assert_safe, client, lock_key, run_contenders};
+use common::{as_other_owner, client, contend_across_processes, lock_key};
 use distlock::{Error, LockContext};
-use distlock_testkit::{Observer, RedisServer};
+use distlock_testkit::RedisServer;
 use redis::AsyncCommands;
 
 /// The hold counts in the lock's hash, without the reserved `fence` field.
@@ -182,27 +182,8 @@ async fn a_spawned_task_is_a_new_owner_unless_the_context_is_passed_on() {
 /// on the observer), and the lock excludes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_across_holders_and_processes() {
-    const TARGET: u64 = 1_000;
     let server = RedisServer::start();
-    let observer_server = RedisServer::start();
-    let per_process = run_contenders(
-        2,
-        &[
-            "mutex",
-            "reentrant",
-            &server.url(),
-            &observer_server.url(),
-            "re",
-            "4",
-            &TARGET.to_string(),
-        ],
-    );
-    assert!(per_process.iter().sum::<u64>() >= TARGET);
-    assert!(
-        per_process.iter().all(|&n| n > 0),
-        "every process got the lock: {per_process:?}"
-    );
-    assert_safe(&Observer::connect(&observer_server.url(), "re").await).await;
+    contend_across_processes("reentrant", &server.url(), 1_000).await;
 }
 
 #[tokio::test]

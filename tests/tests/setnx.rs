@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{as_other_owner, assert_safe, client, lock_key, run_contenders, spawn_holder};
+use common::{as_other_owner, client, contend_across_processes, lock_key, spawn_holder};
 use distlock::Error;
 use distlock_testkit::{wait_until_async, Observer, RedisServer};
 use redis::AsyncCommands;
@@ -208,29 +208,8 @@ async fn dropping_a_guard_releases_the_lock() {
 /// occupancy probe and a non-atomic counter on a separate observer server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_processes() {
-    const TARGET: u64 = 2_000;
     let server = RedisServer::start();
-    let observer_server = RedisServer::start();
-    let per_process = run_contenders(
-        2,
-        &[
-            "mutex",
-            "setnx",
-            &server.url(),
-            &observer_server.url(),
-            "mx",
-            "4",
-            &TARGET.to_string(),
-        ],
-    );
-    let observer = Observer::connect(&observer_server.url(), "mx").await;
-    let total: u64 = per_process.iter().sum();
-    assert!(total >= TARGET, "only {total} critical sections ran");
-    assert!(
-        per_process.iter().all(|&n| n > 0),
-        "every process got the lock: {per_process:?}"
-    );
-    assert_safe(&observer).await;
+    contend_across_processes("setnx", &server.url(), 2_000).await;
 }
 
 /// The probe itself can fail: without a lock, overlapping sections are seen and counted.

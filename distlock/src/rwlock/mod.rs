@@ -78,10 +78,6 @@ use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
 
-/// The code of the server error the write acquire script answers an upgrade with; mapped to
-/// [`Error::Upgrade`](crate::Error::Upgrade).
-pub(crate) const UPGRADE_REFUSED: &str = "DISTLOCK_UPGRADE";
-
 /// One script: the shared prelude (state loading, pruning, expiry) followed by the body.
 macro_rules! script {
     ($body:literal) => {
@@ -113,14 +109,6 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 
 #[cfg(test)]
 mod tests {
-    use super::UPGRADE_REFUSED;
-
-    #[test]
-    fn the_upgrade_refusal_code_matches_the_script() {
-        let script = include_str!("write_acquire.lua");
-        assert!(script.contains(&format!("error_reply('{UPGRADE_REFUSED} ")));
-    }
-
     #[test]
     fn one_extend_script_serves_both_sides() {
         // An owner's read and write holds are renewed together (one task's holds live and

@@ -4,8 +4,8 @@
 -- ARGV[1] owner (client id : task), ARGV[2] ttl in ms; ARGV[3] (retry) and ARGV[4] (want the
 -- holder's ttl) are unused: re-entry already accepts a hold the owner has
 -- Returns {1, fencing token} when held, {0, ms until the next attempt at the latest} when busy,
--- {-1, type} when a key holds something that is not one of our locks, and the error
--- DISTLOCK_UPGRADE when the owner holds only the read lock.
+-- {-1, type} when a key holds something that is not one of our locks, {-2, 'upgrade'} when
+-- the owner holds only the read lock (refused for good: see below).
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local now = server_ms()
 local s, found = load(now)
@@ -28,7 +28,7 @@ if s.readers[owner] then
   if s.dirty then
     settle(s, now)
   end
-  return redis.error_reply('DISTLOCK_UPGRADE this task holds the read lock and asked for the write lock')
+  return {-2, 'upgrade'}
 end
 if not s.writer and s.nreaders == 0 then
   local fence = redis.pcall('incr', KEYS[2])

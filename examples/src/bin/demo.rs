@@ -5,24 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Error};
-use distlock_testkit::{ensure_redis_available, RedisServer};
+use distlock::Error;
 
 #[tokio::main]
 async fn main() {
-    if let Err(line) = ensure_redis_available() {
-        eprintln!("{line}");
-        std::process::exit(1);
-    }
-    let server = RedisServer::start();
-    let locks = Client::connect(&server.url())
-        .await
-        .expect("connect to the demo server");
+    let (_server, locks) = distlock_examples::demo_server().await;
     let clock = Arc::new(Instant::now());
-    println!(
-        "redis-server on {} (started for this demo)\n",
-        server.addr()
-    );
 
     println!("1. four workers, two orders, three rounds each (ttl 5 s, wait 2 s):");
     let mut workers = Vec::new();

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error};
-use distlock_testkit::{ensure_redis_available, RedisServer};
 
 /// The application's error type; lock errors convert into it, so they come out of `?`.
 #[derive(Debug)]
@@ -96,20 +95,9 @@ async fn slow_export(id: u32) -> Result<(), AppError> {
 
 #[tokio::main]
 async fn main() {
-    if let Err(line) = ensure_redis_available() {
-        eprintln!("{line}");
-        std::process::exit(1);
-    }
-    let server = RedisServer::start();
-    let locks = Client::connect(&server.url())
-        .await
-        .expect("connect to the demo server");
+    let (_server, locks) = distlock_examples::demo_server().await;
     distlock::set_default(locks.clone()).expect("the first default client");
     let clock = Arc::new(Instant::now());
-    println!(
-        "redis-server on {} (started for this demo)\n",
-        server.addr()
-    );
 
     println!("1. three callers pay the same order at once; they take turns:");
     let mut calls = Vec::new();

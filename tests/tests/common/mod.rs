@@ -69,6 +69,34 @@ pub fn spawn_holder(kind: &str, url: &str, name: &str, ttl_ms: u64) -> (Child, u
     (holder, token)
 }
 
+/// Two contender processes x four tasks take the `kind` lock at `url` (comma-separated URLs
+/// for a quorum) until the observer counts `target` critical sections; then every process
+/// must have had the lock and the observer must have seen no overlap, no lost update and no
+/// fencing token that failed to increase.
+pub async fn contend_across_processes(kind: &str, url: &str, target: u64) {
+    let observer_server = RedisServer::start();
+    let name = format!("mx-{kind}");
+    let per_process = run_contenders(
+        2,
+        &[
+            "mutex",
+            kind,
+            url,
+            &observer_server.url(),
+            &name,
+            "4",
+            &target.to_string(),
+        ],
+    );
+    let total: u64 = per_process.iter().sum();
+    assert!(total >= target, "only {total} critical sections ran");
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "every process got the lock: {per_process:?}"
+    );
+    assert_safe(&Observer::connect(&observer_server.url(), &name).await).await;
+}
+
 /// The safety checks every contention test ends with.
 pub async fn assert_safe(observer: &Observer) {
     assert_eq!(observer.violations().await, 0, "two holders at once");
