@@ -7,6 +7,9 @@
 //!   [`resume`](RedisServer::resume) and [`restart`](RedisServer::restart)
 //!   on the same port.
 //! * [`RedisServers`] — N independent masters (Redlock nodes).
+//! * [`FaultProxy`] — a TCP proxy in front of one server that injects
+//!   network faults: lost replies with connection resets, a black hole,
+//!   latency with jitter, refused connections and resets on demand.
 //! * [`Observer`] — occupancy and lost-update probes for mutual-exclusion
 //!   tests, shared by several processes through a separate server.
 //!
@@ -30,6 +33,7 @@ mod kit {
     pub(crate) mod binary;
     pub(crate) mod observer;
     pub(crate) mod procfs;
+    pub(crate) mod proxy;
     pub(crate) mod server;
     pub(crate) mod servers;
     pub(crate) mod wait;
@@ -40,6 +44,7 @@ pub use kit::binary::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV,
 };
 pub use kit::observer::Observer;
+pub use kit::proxy::FaultProxy;
 pub use kit::server::{RedisServer, RedisServerBuilder};
 pub use kit::servers::RedisServers;
 pub use kit::wait::{wait_until, wait_until_async};
