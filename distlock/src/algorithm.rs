@@ -6,10 +6,18 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` |
-//! | release | lock, wake-up channel | owner            | `1` released / `0` not ours                |
-//! | extend  | lock                  | owner, ttl in ms | `1` renewed / `0` not ours                 |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | release | lock, wake-up channel | owner, nonce     | `1` released / `0` not held                |
+//! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
+//!
+//! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
+//! once per acquisition), not only the owner. That makes each call idempotent, so a call whose
+//! reply was lost can simply be sent again: a retried acquire finds its own hold and counts
+//! nothing twice, a retried release finds nothing left to free. It also makes a guard from an
+//! earlier tenure harmless: its nonce is not in the owner's new hold, so its release and its
+//! renewals are refused instead of freeing or prolonging a hold that is not its own.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -17,6 +25,15 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Op};
 use crate::key::LockKey;
+
+/// Which acquisition a call is about: the owner (the setnx token, or client id : context for
+/// the modes that re-enter) and the acquisition's nonce (for setnx, the id its release
+/// publishes, so a quorum client counts a release heard from several nodes once).
+#[derive(Debug, Clone)]
+pub(crate) struct HoldId {
+    pub(crate) owner: Arc<str>,
+    pub(crate) nonce: Arc<str>,
+}
 
 /// One lock mode's scripts.
 pub(crate) struct Algorithm {
@@ -63,18 +80,20 @@ impl Algorithm {
     pub(crate) fn acquire_cmd(
         &self,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
         ttl_ms: u64,
         unsure: bool,
         want_holder_ttl: bool,
     ) -> Cmd {
-        let mut cmd = evalsha(&self.acquire, 2, 6, 2 * key.lock().len() + owner.len() + 32);
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + 32;
+        let mut cmd = evalsha(&self.acquire, 2, 7, bytes);
         cmd.arg(key.lock())
             .arg(key.fence_arg())
-            .arg(owner)
+            .arg(&*id.owner)
             .arg(ttl_ms)
             .arg(if unsure { "1" } else { "0" })
-            .arg(if want_holder_ttl { "1" } else { "0" });
+            .arg(if want_holder_ttl { "1" } else { "0" })
+            .arg(&*id.nonce);
         cmd
     }
 
@@ -90,7 +109,7 @@ impl Algorithm {
         let reply: Value = invoke(&self.acquire, cmd, conn)
             .await
             .map_err(|e| script_error(Op::Acquire, key, e))?;
-        parse_acquire(key, reply)
+        parse_acquire(self.name, key, reply)
     }
 
     /// One acquire attempt on one connection.
@@ -98,19 +117,23 @@ impl Algorithm {
         &self,
         conn: &mut C,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
         ttl_ms: u64,
         unsure: bool,
         want_holder_ttl: bool,
     ) -> Result<Attempt, Error> {
-        let cmd = self.acquire_cmd(key, owner, ttl_ms, unsure, want_holder_ttl);
+        let cmd = self.acquire_cmd(key, id, ttl_ms, unsure, want_holder_ttl);
         self.send_acquire(conn, key, &cmd).await
     }
 
-    /// The release as a command: gives the lock back if it is still ours.
-    pub(crate) fn release_cmd(&self, key: &LockKey, owner: &str) -> Cmd {
-        let mut cmd = evalsha(&self.release, 2, 3, 2 * key.lock().len() + owner.len() + 8);
-        cmd.arg(key.lock()).arg(key.channel_arg()).arg(owner);
+    /// The release as a command: gives the acquisition back if it is still held.
+    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId) -> Cmd {
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + 8;
+        let mut cmd = evalsha(&self.release, 2, 4, bytes);
+        cmd.arg(key.lock())
+            .arg(key.channel_arg())
+            .arg(&*id.owner)
+            .arg(&*id.nonce);
         cmd
     }
 
@@ -128,46 +151,54 @@ impl Algorithm {
         Ok(n == 1)
     }
 
-    /// Gives the lock back if it is still ours; `false` when it was not (expired or taken).
+    /// Gives the acquisition back if it is still held; `false` when it was not (expired,
+    /// taken, or given back by an earlier try).
     pub(crate) async fn try_release<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
     ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, owner);
+        let cmd = self.release_cmd(key, id);
         self.send_release(conn, key, &cmd).await
     }
 
-    /// The extension as a command: renews the lease to `ttl_ms` from now if it is still ours.
-    pub(crate) fn extend_cmd(&self, key: &LockKey, owner: &str, ttl_ms: u64) -> Cmd {
-        let mut cmd = evalsha(&self.extend, 1, 3, key.lock().len() + owner.len() + 24);
-        cmd.arg(key.lock()).arg(owner).arg(ttl_ms);
+    /// The extension as a command: makes the lease last at least `ttl_ms` from now if the
+    /// acquisition is still held.
+    pub(crate) fn extend_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64) -> Cmd {
+        let bytes = key.lock().len() + id.owner.len() + id.nonce.len() + 24;
+        let mut cmd = evalsha(&self.extend, 1, 4, bytes);
+        cmd.arg(key.lock())
+            .arg(&*id.owner)
+            .arg(ttl_ms)
+            .arg(&*id.nonce);
         cmd
     }
 
-    /// Sends an [`extend_cmd`](Self::extend_cmd); `false` when the lock was not ours.
+    /// Sends an [`extend_cmd`](Self::extend_cmd): the lease the server now holds, or `None`
+    /// when the acquisition is no longer held.
     pub(crate) async fn send_extend<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LockKey,
         cmd: &Cmd,
-    ) -> Result<bool, Error> {
-        let n: i64 = invoke(&self.extend, cmd, conn)
+    ) -> Result<Option<Duration>, Error> {
+        let ms: i64 = invoke(&self.extend, cmd, conn)
             .await
             .map_err(|e| script_error(Op::Extend, key, e))?;
-        Ok(n == 1)
+        Ok(renewed_lease(ms))
     }
 
-    /// Renews the lease to `ttl_ms` from now if it is still ours; `false` when it was not.
+    /// Makes the lease last at least `ttl_ms` from now if the acquisition is still held; the
+    /// lease the server now holds, or `None` when it was not held.
     pub(crate) async fn try_extend<C: ConnectionLike>(
         &self,
         conn: &mut C,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
         ttl_ms: u64,
-    ) -> Result<bool, Error> {
-        let cmd = self.extend_cmd(key, owner, ttl_ms);
+    ) -> Result<Option<Duration>, Error> {
+        let cmd = self.extend_cmd(key, id, ttl_ms);
         self.send_extend(conn, key, &cmd).await
     }
 }
@@ -197,7 +228,15 @@ async fn invoke<C: ConnectionLike, T: FromRedisValue>(
     }
 }
 
-fn parse_acquire(key: &LockKey, reply: Value) -> Result<Attempt, Error> {
+/// An extend script's reply: the remaining lease in ms, or 0 when not held.
+pub(crate) fn renewed_lease(ms: i64) -> Option<Duration> {
+    u64::try_from(ms)
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
+fn parse_acquire(self_name: &'static str, key: &LockKey, reply: Value) -> Result<Attempt, Error> {
     let malformed = || Error::Redis {
         op: Op::Acquire,
         key: Some(key.name().to_owned()),
@@ -220,15 +259,24 @@ fn parse_acquire(key: &LockKey, reply: Value) -> Result<Attempt, Error> {
         [Value::Int(-2), _] => Err(Error::Upgrade {
             key: key.name().to_owned(),
         }),
+        [Value::Int(-3), held_as] => Err(Error::ModeConflict {
+            key: key.name().to_owned(),
+            held_as: text(held_as),
+            requested: self_name,
+        }),
         [Value::Int(-1), found] => Err(Error::WrongType {
             key: key.name().to_owned(),
-            found: match found {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                _ => "value of another type".to_owned(),
-            },
+            found: text(found),
         }),
         _ => Err(malformed()),
+    }
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        _ => "value of another type".to_owned(),
     }
 }
 

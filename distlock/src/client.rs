@@ -1,6 +1,7 @@
 //! The lock client: one Redis deployment, its connection and its settings.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -60,43 +61,60 @@ pub(crate) struct Inner {
     pub(crate) id: String,
     pub(crate) notifier: Notifier,
     pub(crate) watchdog: Watchdog,
-    /// Non-reentrant locks held, and by which task: asking again from the same task is an
-    /// immediate error instead of a wait on oneself.
-    pub(crate) held: Mutex<HeldLocks>,
+    /// Every hold taken through this client, by lock key, with the context that owns it. An
+    /// acquisition looks here first: a lock held by the current context or one around it is
+    /// re-entered (reentrant and read/write modes) without queueing behind the tasks that
+    /// wait for it, or refused at once (setnx: waiting on oneself would never end).
+    pub(crate) holds: Mutex<LocalHolds>,
+    /// Counter of acquisition nonces (see [`Inner::nonce`]).
+    nonces: AtomicU64,
 }
 
+/// Holds of one client by lock key: usually none or one per key, a few when nested.
+type LocalHolds = HashMap<Arc<[u8]>, Vec<(LockContext, Arc<LeaseState>)>>;
+
 impl Inner {
-    /// True when `context` holds the non-reentrant lock at `key` through this client and its
-    /// lease is still good (a task whose hold ran out may take the lock again). The check
-    /// runs before every acquisition: one lookup by key, however many locks a task holds.
-    pub(crate) fn holds(&self, key: &[u8], context: LockContext) -> bool {
-        self.held()
-            .get(key)
-            .is_some_and(|(holder, lease)| *holder == context && lease.is_valid())
+    /// The innermost enclosing context (see [`LockContext`]) that holds the lock at `key`
+    /// through this client with a lease still good. A lock nobody here holds costs one map
+    /// lookup.
+    pub(crate) fn holder_in_scope(&self, key: &[u8]) -> Option<LockContext> {
+        let holds = self.holds();
+        let here = holds.get(key)?;
+        LockContext::find_enclosing(|c| here.iter().any(|(h, l)| *h == c && l.is_valid()))
     }
 
-    /// Records the hold. One entry per key is enough: an exclusive lock has at most one
-    /// holder whose lease is still good, and an entry whose lease ran out (its task may take
-    /// the lock again, or another task may have) is simply replaced by the newer hold.
+    /// Records a hold until [`unhold`](Self::unhold).
     pub(crate) fn hold(&self, key: &LockKey, context: LockContext, lease: Arc<LeaseState>) {
-        self.held().insert(key.shared().clone(), (context, lease));
+        let mut holds = self.holds();
+        let here = holds.entry(key.shared().clone()).or_default();
+        // Holds whose lease ran out no longer protect anything; their guards may live on.
+        here.retain(|(_, l)| l.is_valid());
+        here.push((context, lease));
     }
 
-    /// Forgets the hold, unless the entry already belongs to a later hold.
+    /// Forgets the hold with this lease.
     pub(crate) fn unhold(&self, key: &[u8], lease: &Arc<LeaseState>) {
-        let mut held = self.held();
-        if held.get(key).is_some_and(|(_, l)| Arc::ptr_eq(l, lease)) {
-            held.remove(key);
+        let mut holds = self.holds();
+        if let Some(here) = holds.get_mut(key) {
+            here.retain(|(_, l)| !Arc::ptr_eq(l, lease));
+            if here.is_empty() {
+                holds.remove(key);
+            }
         }
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HeldLocks> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    /// A nonce naming one acquisition: this client's random id and a counter, so it is
+    /// unique across clients too (the holds of many owners share one read/write hash, and a
+    /// quorum's setnx release publishes it for waiters to count once).
+    pub(crate) fn nonce(&self) -> Arc<str> {
+        let n = self.nonces.fetch_add(1, Ordering::Relaxed);
+        Arc::from(format!("{}.{n:x}", self.id))
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, LocalHolds> {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
-
-/// Non-reentrant holds by lock key: the holding task and the hold's lease.
-type HeldLocks = HashMap<Arc<[u8]>, (LockContext, Arc<LeaseState>)>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -354,6 +372,7 @@ impl ClientBuilder {
                     .map(|e| NodeError {
                         node: e.key().unwrap_or("?").to_owned(),
                         reason: e.to_string(),
+                        retryable: e.is_retryable(),
                     })
                     .collect(),
             });
@@ -374,7 +393,8 @@ impl ClientBuilder {
                 notifier: Notifier::new(channels, nodes.clone()),
                 watchdog: Watchdog::start(nodes.clone()),
                 nodes,
-                held: Mutex::new(HashMap::new()),
+                holds: Mutex::new(HashMap::new()),
+                nonces: AtomicU64::new(1),
             }),
         })
     }

@@ -10,9 +10,21 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 tokio::task_local! {
-    static SCOPE: LockContext;
+    static SCOPE: Arc<Frame>;
+}
+
+/// One scope and the scopes it runs inside.
+struct Frame {
+    context: LockContext,
+    /// The scope around this one, for a locked call's scope (its body re-enters what the
+    /// calls around it hold); `None` for a [`LockContext::scope`], which stands for its
+    /// context alone.
+    parent: Option<Arc<Frame>>,
+    /// Set for a [`LockContext::scope`]: neither enclosing scopes nor the task count.
+    alone: bool,
 }
 
 /// The identity that owns reentrant and read/write holds.
@@ -33,6 +45,15 @@ tokio::task_local! {
 /// outer.release().await
 /// # }
 /// ```
+///
+/// # Locked calls
+///
+/// Each call of a locked fn (`#[distributed_lock]`, `#[read_lock]`, `#[write_lock]`) runs as
+/// an owner of its own, so two calls joined in one task (`tokio::join!(debit(1, 10),
+/// debit(1, 20))`) exclude each other. Its body also re-enters the holds of the calls around
+/// it and of the task (or [`scope`](Self::scope)) they run in: a locked call made from inside
+/// the body of another, directly or through awaited calls, re-enters the outer call's hold
+/// instead of waiting for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LockContext(Owner);
 
@@ -51,11 +72,16 @@ impl LockContext {
     /// the current Tokio task, else the current thread.
     pub fn current() -> LockContext {
         SCOPE
-            .try_with(|c| *c)
-            .unwrap_or_else(|_| match tokio::task::try_id() {
-                Some(id) => LockContext(Owner::Task(id)),
-                None => LockContext(Owner::Thread(std::thread::current().id())),
-            })
+            .try_with(|frame| frame.context)
+            .unwrap_or_else(|_| Self::base())
+    }
+
+    /// The task (or, outside any task, the thread): the outermost context of every chain.
+    fn base() -> LockContext {
+        match tokio::task::try_id() {
+            Some(id) => LockContext(Owner::Task(id)),
+            None => LockContext(Owner::Thread(std::thread::current().id())),
+        }
     }
 
     /// A fresh identity, distinct from every task's and every other context's.
@@ -65,10 +91,58 @@ impl LockContext {
         LockContext(Owner::Scope(NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// Runs `future` as this owner: locks it takes re-enter this context's holds and count as
-    /// this context's for release.
+    /// Runs `future` as this owner, and only this owner: locks it takes count as this
+    /// context's and re-enter this context's holds, not those of the task or of the scope the
+    /// call is made in.
     pub async fn scope<F: Future>(self, future: F) -> F::Output {
-        SCOPE.scope(self, future).await
+        let frame = Arc::new(Frame {
+            context: self,
+            parent: None,
+            alone: true,
+        });
+        SCOPE.scope(frame, future).await
+    }
+
+    /// Runs one locked call as a fresh owner that also re-enters the holds around it (see
+    /// [Locked calls](Self#locked-calls)).
+    pub(crate) async fn call<F: Future>(future: F) -> F::Output {
+        let frame = Arc::new(Frame {
+            context: LockContext::new(),
+            parent: SCOPE.try_with(Arc::clone).ok(),
+            alone: false,
+        });
+        SCOPE.scope(frame, future).await
+    }
+
+    /// Calls `found` with the current context, then each enclosing one, innermost first, and
+    /// last the task (or thread) unless a [`scope`](Self::scope) stands in for it; returns the
+    /// first context for which it says true.
+    pub(crate) fn find_enclosing(
+        mut found: impl FnMut(LockContext) -> bool,
+    ) -> Option<LockContext> {
+        let scoped = SCOPE.try_with(|frame| {
+            let mut frame = frame;
+            loop {
+                if found(frame.context) {
+                    return Ok(frame.context);
+                }
+                match &frame.parent {
+                    Some(parent) => frame = parent,
+                    None if frame.alone => return Err(false),
+                    None => return Err(true),
+                }
+            }
+        });
+        match scoped {
+            Ok(Ok(context)) => Some(context),
+            // Ran out of scopes inside a `LockContext::scope`: the task does not count.
+            Ok(Err(false)) => None,
+            // No scope, or locked calls made directly in the task: the task counts.
+            Err(_) | Ok(Err(true)) => {
+                let base = Self::base();
+                found(base).then_some(base)
+            }
+        }
     }
 }
 
@@ -106,6 +180,24 @@ mod tests {
             .unwrap();
         assert_eq!(here, carried);
         assert_ne!(LockContext::new(), LockContext::new());
+        // Locked calls see their own context first, then the enclosing ones, then the task;
+        // an explicit scope stands alone.
+        let chain = || {
+            let mut seen = Vec::new();
+            LockContext::find_enclosing(|c| {
+                seen.push(c);
+                false
+            });
+            seen
+        };
+        let seen = LockContext::call(LockContext::call(async { chain() })).await;
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[2], here);
+        assert_ne!(seen[0], seen[1]);
+        let other = LockContext::new();
+        let seen = other.scope(LockContext::call(async { chain() })).await;
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[1], other);
         assert!(here.to_string().starts_with('t') || here.to_string().starts_with('h'));
     }
 }

@@ -31,11 +31,16 @@ impl fmt::Display for Op {
 
 /// Why one node of a quorum did not grant a request.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct NodeError {
     /// The node's address, with any password removed.
     pub node: String,
     /// What went wrong there.
     pub reason: String,
+    /// Whether the failure may pass by itself (a timeout, a dropped connection, a node kept
+    /// out after a restart) rather than repeat on every try (a key of the wrong type, the
+    /// server out of memory or read-only, a script it cannot load).
+    pub retryable: bool,
 }
 
 /// Everything that can go wrong with a lock.
@@ -122,6 +127,19 @@ pub enum Error {
         found: String,
     },
 
+    /// The name is held as a lock of another mode (a `setnx` lock asked for as `reentrant`, a
+    /// read/write lock asked for as `setnx`, ...). One name is one lock of one mode: the modes
+    /// keep different data under the key and cannot exclude each other. Nothing was changed.
+    #[error("lock `{key}` is in use as a {held_as} lock and was asked for as {requested}: one name must be used with one lock mode")]
+    ModeConflict {
+        /// The lock's name.
+        key: String,
+        /// The mode the name is held in.
+        held_as: String,
+        /// The mode that was asked for.
+        requested: &'static str,
+    },
+
     /// The lock name cannot be used.
     #[error("invalid lock name `{key}`: {reason}")]
     InvalidKey {
@@ -180,10 +198,10 @@ impl Error {
     /// mistakes that will fail again the same way (bad key, bad config, wrong type, no client).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Busy { .. }
-            | Error::Timeout { .. }
-            | Error::LeaseLost { .. }
-            | Error::QuorumNotReached { .. } => true,
+            Error::Busy { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => true,
+            // Only if every node's failure may pass: a majority out of memory or holding
+            // the application's data fails the same way on every try.
+            Error::QuorumNotReached { errors, .. } => errors.iter().all(|e| e.retryable),
             Error::Redis { source, .. } => is_transient(source),
             // Fails the same way until the task releases its read lock.
             Error::Upgrade { .. } => false,
@@ -202,6 +220,7 @@ impl Error {
             | Error::Reentrant { key }
             | Error::Upgrade { key }
             | Error::WrongType { key, .. }
+            | Error::ModeConflict { key, .. }
             | Error::InvalidKey { key, .. } => Some(key),
             Error::Redis { key, .. } => key.as_deref(),
             _ => None,

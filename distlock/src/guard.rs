@@ -3,19 +3,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, HoldId};
 use crate::client::Client;
-use crate::context::LockContext;
 use crate::error::Error;
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
+use crate::quorum::Nodes;
+
+/// Tries of a release before `release()` returns the transport error and leaves the rest to a
+/// background task (the lock still frees by then, at the latest when its lease runs out).
+const RELEASE_TRIES: u32 = 3;
 
 /// What a hold registered with the client, undone on release or drop.
 pub(crate) struct Registration {
     /// The watchdog entry renewing the lease, if the watchdog is on.
     pub(crate) watch: Option<u64>,
-    /// The task recorded as holding a non-reentrant lock.
-    pub(crate) context: Option<LockContext>,
+    /// Recorded in the client's table of holds (see `Inner::hold`).
+    pub(crate) held: bool,
 }
 
 /// Proof of holding a lock, until [`release`](Guard::release) or drop.
@@ -28,17 +32,21 @@ pub(crate) struct Registration {
 /// silent.
 ///
 /// Dropping a guard releases the lock in a spawned task (never blocking the dropping
-/// thread); outside a Tokio runtime the lock simply expires with its ttl.
+/// thread); outside a Tokio runtime the lock simply expires with its ttl. So does dropping
+/// the future of [`release`](Guard::release) before it finished: the release is completed in
+/// the background.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct Guard {
     client: Client,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: Arc<str>,
+    id: HoldId,
     fence: u64,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
     registration: Registration,
+    /// Set once a release has been answered: until then, dropping the guard (or the future of
+    /// its release) sends the release in the background.
     released: bool,
 }
 
@@ -58,7 +66,7 @@ impl Guard {
         client: &Client,
         algorithm: &'static Algorithm,
         key: LockKey,
-        owner: Arc<str>,
+        id: HoldId,
         fence: u64,
         acquired_at: Instant,
         lease: Arc<LeaseState>,
@@ -68,7 +76,7 @@ impl Guard {
             client: client.clone(),
             algorithm,
             key,
-            owner,
+            id,
             fence,
             acquired_at,
             lease,
@@ -102,7 +110,10 @@ impl Guard {
         }
     }
 
-    /// True while the lease can be trusted: not released, not lost, not run out.
+    /// True while the lease can be trusted: not released, not lost, not run out. The lease
+    /// is measured from when the acquire (or the latest renewal) was sent, by what the
+    /// server answered, minus an allowance for clock drift; it never exceeds the lease the
+    /// server holds.
     pub fn is_held(&self) -> bool {
         !self.released && self.lease.is_valid()
     }
@@ -130,56 +141,77 @@ impl Guard {
         self.lost_error()
     }
 
-    /// Renews the lease to `ttl` from now. Fails with [`Error::LeaseLost`] if the lock is no
-    /// longer ours (it expired, and maybe someone else holds it now; their hold is untouched).
+    /// Makes the lease last at least `ttl` from now. A lease that already has longer left
+    /// keeps it (a lease is never shortened: with reentrant and read/write locks another hold
+    /// of the same owner may count on it); either way the guard then trusts exactly what the
+    /// server reported. Fails with [`Error::LeaseLost`] if the lock is no longer ours (it
+    /// expired, and maybe someone else holds it now; their hold is untouched).
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         let ttl_ms = lease::ttl_ms(ttl)?;
         if !self.is_held() {
             return Err(self.lost_error());
         }
         let sent = Instant::now();
-        let ours = self
+        let remaining = self
             .client
             .inner()
             .nodes
-            .extend(self.algorithm, &self.key, &self.owner, ttl_ms)
+            .extend(self.algorithm, &self.key, &self.id, ttl_ms)
             .await?;
-        if ours && self.lease.renewed(sent, Duration::from_millis(ttl_ms)) {
-            Ok(())
-        } else {
-            self.lease.declare_lost();
-            Err(self.lost_error())
+        match remaining {
+            Some(remaining) if self.lease.renewed(sent, remaining) => Ok(()),
+            _ => {
+                self.lease.declare_lost();
+                Err(self.lost_error())
+            }
         }
     }
 
     /// Gives the lock back. Fails with [`Error::NotOwner`] if it had already expired (the lock
     /// is then left alone: it may be someone else's now).
+    ///
+    /// A release whose reply is lost is sent again (it names this acquisition, so a second
+    /// try frees nothing more); after a few failed tries the transport error is returned and
+    /// the release goes on in the background while the lease lasts. Dropping this future
+    /// before it finished also finishes the release in the background.
     pub async fn release(mut self) -> Result<(), Error> {
         self.unregister();
-        let released = self
-            .client
-            .inner()
-            .nodes
-            .release(self.algorithm, &self.key, &self.owner)
-            .await?;
-        if released {
-            Ok(())
-        } else {
-            Err(Error::NotOwner {
-                key: self.key.name().to_owned(),
-            })
+        let until = self.lease.valid_until();
+        let nodes = self.client.inner().nodes.clone();
+        let result = release_retrying(
+            &nodes,
+            self.algorithm,
+            &self.key,
+            &self.id,
+            until,
+            RELEASE_TRIES,
+        )
+        .await;
+        match result {
+            Ok(released) => {
+                self.released = true;
+                if released {
+                    Ok(())
+                } else {
+                    Err(Error::NotOwner {
+                        key: self.key.name().to_owned(),
+                    })
+                }
+            }
+            // `Drop` carries on in the background.
+            Err(e) => Err(e),
         }
     }
 
-    /// Stops renewal and forgets the per-task hold. Runs before the release is sent, on the
-    /// same connection as renewals, so no renewal can reach Redis after the release.
+    /// Stops renewal and forgets the hold in the client's table. Runs before the release is
+    /// sent, on the same connection as renewals, so no renewal can reach Redis after the
+    /// release.
     fn unregister(&mut self) {
-        self.released = true;
         let inner = self.client.inner();
         if let Some(id) = self.registration.watch.take() {
             inner.watchdog.unwatch(id);
         }
-        if self.registration.context.take().is_some() {
+        if std::mem::take(&mut self.registration.held) {
             inner.unhold(self.key.lock(), &self.lease);
         }
     }
@@ -194,29 +226,65 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        self.unregister();
         if !self.released {
-            self.unregister();
-            let key = self.key.clone();
-            spawn_release(&self.client, self.algorithm, key, self.owner.clone());
+            let until = Some(self.lease.valid_until());
+            spawn_release(
+                &self.client,
+                self.algorithm,
+                self.key.clone(),
+                self.id.clone(),
+                until,
+            );
         }
     }
 }
 
-/// Best-effort release without blocking the caller: `Drop` cannot await, and blocking a
-/// runtime thread on I/O can deadlock a current-thread runtime. If no runtime is running,
-/// or the release fails, the lock still ends with its ttl.
+/// Sends the release, and again after a transport failure (the scripts make it idempotent),
+/// at most `tries` times and not past `until` (the lease has ended by then and there is
+/// nothing left to free). A retry that finds nothing counts as released: the earlier try
+/// whose answer was lost freed it, or the lease ended, which frees it too.
+async fn release_retrying(
+    nodes: &Arc<Nodes>,
+    algorithm: &'static Algorithm,
+    key: &LockKey,
+    id: &HoldId,
+    until: Instant,
+    tries: u32,
+) -> Result<bool, Error> {
+    let mut pause = Duration::from_millis(2);
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match nodes.release(algorithm, key, id).await {
+            Ok(released) => return Ok(released || tried > 1),
+            Err(e) if e.is_retryable() && tried < tries && Instant::now() < until => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Release without blocking the caller: `Drop` cannot await, and blocking a runtime thread on
+/// I/O can deadlock a current-thread runtime. Transport failures are retried until `until`
+/// (the end of the lease; by default a default ttl from now). If no runtime is running, or
+/// every try fails, the lock still ends with its lease.
 pub(crate) fn spawn_release(
     client: &Client,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: Arc<str>,
+    id: HoldId,
+    until: Option<Instant>,
 ) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let nodes = client.inner().nodes.clone();
+    let until = until.unwrap_or_else(|| Instant::now() + crate::lock::DEFAULT_TTL);
     runtime.spawn(async move {
-        // Nobody is left to report to; the ttl bounds the cost of a failure.
-        let _ = nodes.release(algorithm, &key, &owner).await;
+        // Nobody is left to report to; the lease bounds the cost of a failure.
+        let _ = release_retrying(&nodes, algorithm, &key, &id, until, u32::MAX).await;
     });
 }

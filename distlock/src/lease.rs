@@ -43,28 +43,44 @@ pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl))
 }
 
+/// `now + d`, or a time so far ahead that it never comes when `d` is too large to add (a
+/// caller's `Duration::MAX` means "no limit", not a panic).
+pub(crate) fn after(start: Instant, d: Duration) -> Instant {
+    start
+        .checked_add(d)
+        .or_else(|| start.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(start)
+}
+
 /// What the guard and the watchdog both know about one held lease.
 ///
 /// Once lost, a lease stays lost: a renewal that succeeds after the local deadline has passed
 /// does not revive it, because the holder may already have acted on the loss.
+///
+/// The validity always follows the **latest-sent** renewal's answer, which reports the lease
+/// the server now holds: a guard never trusts a longer lease than the server was last told,
+/// and an answer that arrives after a later one (the watchdog's and a manual `extend` racing)
+/// is ignored rather than moving the validity back to an older state.
 pub(crate) struct LeaseState {
-    valid_until: Mutex<Instant>,
+    /// When the lease stops being trustworthy, and when the request it is based on was sent.
+    valid: Mutex<(Instant, Instant)>,
     lost: AtomicBool,
     /// Wakes `Guard::lost()` waiters when the lease is declared lost.
     changed: Notify,
 }
 
 impl LeaseState {
-    pub(crate) fn new(valid_until: Instant) -> Self {
+    /// A lease granted for `ttl` by a request sent at `sent`.
+    pub(crate) fn new(sent: Instant, ttl: Duration) -> Self {
         LeaseState {
-            valid_until: Mutex::new(valid_until),
+            valid: Mutex::new((valid_until(sent, ttl), sent)),
             lost: AtomicBool::new(false),
             changed: Notify::new(),
         }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        self.valid.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
     /// True while the lease can be trusted.
@@ -72,16 +88,19 @@ impl LeaseState {
         !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
     }
 
-    /// Records a successful renewal sent at `sent`; refused (returns false and declares the
-    /// lease lost) if the lease had already run out on our clock.
-    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
-        let mut until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
-        if self.lost.load(Ordering::Acquire) || Instant::now() >= *until {
-            drop(until);
+    /// Records a successful renewal sent at `sent`, after which the server said the lease has
+    /// `remaining` left; refused (returns false and declares the lease lost) if the lease had
+    /// already run out on our clock.
+    pub(crate) fn renewed(&self, sent: Instant, remaining: Duration) -> bool {
+        let mut valid = self.valid.lock().unwrap_or_else(|e| e.into_inner());
+        if self.lost.load(Ordering::Acquire) || Instant::now() >= valid.0 {
+            drop(valid);
             self.declare_lost();
             return false;
         }
-        *until = (*until).max(valid_until(sent, ttl));
+        if sent >= valid.1 {
+            *valid = (valid_until(sent, remaining), sent);
+        }
         true
     }
 
@@ -129,6 +148,25 @@ mod tests {
         assert!(ttl_ms(Duration::MAX).is_err());
         assert_eq!(ttl_ms(Duration::from_secs(10)).unwrap(), 10_000);
         assert_eq!(ttl_ms(Duration::from_micros(10_500)).unwrap(), 11);
+    }
+
+    #[test]
+    fn the_latest_sent_renewal_decides_even_when_it_shortens() {
+        let t = Instant::now();
+        let lease = LeaseState::new(t, Duration::from_secs(10));
+        // A renewal sent later that found less on the server wins...
+        assert!(lease.renewed(t + Duration::from_millis(1), Duration::from_millis(500)));
+        let short = lease.valid_until();
+        assert!(short < t + Duration::from_secs(1));
+        // ...and an answer to an earlier-sent request arriving after it changes nothing.
+        assert!(lease.renewed(t, Duration::from_secs(10)));
+        assert_eq!(lease.valid_until(), short);
+    }
+
+    #[test]
+    fn huge_durations_mean_no_limit() {
+        let t = Instant::now();
+        assert!(after(t, Duration::MAX) > t + Duration::from_secs(3600 * 24 * 365));
     }
 
     #[test]

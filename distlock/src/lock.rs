@@ -3,13 +3,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::algorithm::{Algorithm, Attempt, OwnerKind};
+use crate::algorithm::{Algorithm, Attempt, HoldId, OwnerKind};
 use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
+use crate::quorum::Nodes;
 use crate::token;
 use crate::wait::Waiter;
 use crate::watchdog::Watch;
@@ -113,72 +114,103 @@ impl<'c> LockRequest<'c> {
             max_hold: self.max_hold,
         };
         let inner = client.inner();
-        let context = LockContext::current();
-        let owner = match algorithm.owner {
-            // One token for the whole acquisition: a retry after a lost reply finds its own
-            // token in place and takes it instead of waiting on itself.
+        // The current context, or the one around it that already holds this lock.
+        let holder = inner.holder_in_scope(key.lock());
+        let context = holder.unwrap_or_else(LockContext::current);
+        // One id for the whole acquisition: a retry after a lost reply finds its own hold in
+        // place and takes it instead of waiting on itself or counting it twice.
+        let id = match algorithm.owner {
             OwnerKind::Token => {
-                if inner.holds(key.lock(), context) {
+                if holder.is_some() {
                     return Err(Error::Reentrant {
                         key: key.name().to_owned(),
                     });
                 }
-                token::owner_token()
+                HoldId {
+                    owner: token::owner_token(),
+                    nonce: if client.is_quorum() {
+                        inner.nonce()
+                    } else {
+                        token::no_nonce()
+                    },
+                }
             }
-            OwnerKind::Context => Arc::from(format!("{}:{context}", inner.id)),
+            OwnerKind::Context => HoldId {
+                owner: Arc::from(format!("{}:{context}", inner.id)),
+                nonce: inner.nonce(),
+            },
         };
         let started = Instant::now();
         let deadline = started.checked_add(wait);
         let mut waiter = Waiter::new(&inner.notifier, &key);
         // Tasks of this process already waiting for the lock go first (unless holders may
-        // share it: a reader can get in beside the readers inside).
-        if !wait.is_zero() && !algorithm.shared {
+        // share it: a reader can get in beside the readers inside). A re-entry never queues:
+        // those tasks wait for the very hold it extends.
+        if !wait.is_zero() && !algorithm.shared && holder.is_none() {
             waiter.arrive(wait).await;
         }
         let mut attempts = 0u32;
         // Set once a request may have reached the server without its answer reaching us.
         let mut unsure = false;
+        // Armed while an attempt may have taken the lock unseen: if this future is dropped
+        // then (a timeout around `acquire`, a handler whose client went away), the hold is
+        // given back in the background instead of blocking the lock for its whole ttl.
+        let mut pending = Pending {
+            client,
+            algorithm,
+            key: &key,
+            id: &id,
+            ttl,
+            armed: false,
+        };
         loop {
             attempts += 1;
             let sent = Instant::now();
             let want_holder_ttl = !waiter.knows_holder();
+            pending.armed = true;
             let (error, holder_ttl) = match inner
                 .nodes
-                .acquire(algorithm, &key, &owner, ttl_ms, unsure, want_holder_ttl)
+                .acquire(algorithm, &key, &id, ttl_ms, unsure, want_holder_ttl)
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
-                    let state = Arc::new(LeaseState::new(lease::valid_until(sent, ttl)));
+                    let state = Arc::new(LeaseState::new(sent, ttl));
                     if state.is_valid() {
-                        return Ok(
-                            grant.guard(key, owner, context, fence, sent, ttl_ms, period, state)
+                        pending.armed = false;
+                        let guard = grant.guard(
+                            key.clone(),
+                            id.clone(),
+                            context,
+                            fence,
+                            sent,
+                            ttl_ms,
+                            period,
+                            state,
                         );
+                        return Ok(guard);
                     }
                     // The answer came so late that the lease is already spent: give it back
                     // and carry on as if the lock were busy.
-                    spawn_release(client, algorithm, key.clone(), owner.clone());
+                    pending.give_back();
                     (None, None)
                 }
-                Ok(Attempt::Busy { holder_ttl }) => (None, holder_ttl),
+                // The scripts check for this acquisition's own hold, so busy means not ours.
+                Ok(Attempt::Busy { holder_ttl }) => {
+                    pending.armed = false;
+                    (None, holder_ttl)
+                }
                 // The connection failed, or too few quorum nodes answered: maybe only for now.
-                Err(e) if transient(&e) => {
+                Err(e) if transient(&e, &inner.nodes) => {
                     unsure = true;
                     (Some(e), None)
                 }
-                Err(e) => {
-                    if unsure {
-                        spawn_release(client, algorithm, key, owner);
-                    }
-                    return Err(e);
-                }
+                // `pending` gives back what an earlier, unanswered attempt may have taken.
+                Err(e) => return Err(e),
             };
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
             if left.is_zero() {
-                if unsure {
-                    spawn_release(client, algorithm, key.clone(), owner);
-                }
                 return Err(match error {
                     Some(e) => e,
                     None if wait.is_zero() => Error::Busy {
@@ -196,11 +228,46 @@ impl<'c> LockRequest<'c> {
     }
 }
 
-/// A failure of the transport, not of the request: the same attempt may succeed later.
-fn transient(e: &Error) -> bool {
+/// An acquisition that may hold the lock without knowing it; see [`LockRequest::acquire`].
+struct Pending<'a> {
+    client: &'a Client,
+    algorithm: &'static Algorithm,
+    key: &'a LockKey,
+    id: &'a HoldId,
+    ttl: Duration,
+    armed: bool,
+}
+
+impl Pending<'_> {
+    /// Releases the acquisition in the background, with the same id: idempotent, and it frees
+    /// nothing but this acquisition's own hold.
+    fn give_back(&mut self) {
+        self.armed = false;
+        // Whatever an attempt took expires within a ttl of now: no use retrying past that.
+        let until = Instant::now() + self.ttl;
+        let (key, id) = (self.key.clone(), self.id.clone());
+        spawn_release(self.client, self.algorithm, key, id, Some(until));
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.give_back();
+        }
+    }
+}
+
+/// A failure of the transport, not of the request: the same attempt may succeed later. A
+/// quorum that failed only because nodes were unreachable or distrusted may form later; one
+/// that failed because too many nodes refused for good (the wrong type at the key, out of
+/// memory, read-only) will fail the same way on every try, so it is reported at once.
+fn transient(e: &Error, nodes: &Nodes) -> bool {
     match e {
         Error::Redis { source, .. } => is_transient(source),
-        Error::QuorumNotReached { .. } => true,
+        Error::QuorumNotReached { errors, .. } => {
+            errors.iter().filter(|e| !e.retryable).count() <= nodes.nodes.len() - nodes.quorum
+        }
         _ => false,
     }
 }
@@ -235,7 +302,7 @@ impl Grant<'_> {
     fn guard(
         &self,
         key: LockKey,
-        owner: Arc<str>,
+        id: HoldId,
         context: LockContext,
         fence: u64,
         sent: Instant,
@@ -248,32 +315,24 @@ impl Grant<'_> {
             inner.watchdog.watch(Watch {
                 algorithm: self.algorithm,
                 key: key.clone(),
-                owner: owner.clone(),
+                id: id.clone(),
                 ttl_ms,
                 period,
-                stop_at: self.max_hold.map(|cap| sent + cap),
+                // A cap too large to add is no cap.
+                stop_at: self.max_hold.and_then(|cap| sent.checked_add(cap)),
                 lease: lease.clone(),
             })
         });
-        let registered = match self.algorithm.owner {
-            OwnerKind::Token => {
-                inner.hold(&key, context, lease.clone());
-                Some(context)
-            }
-            OwnerKind::Context => None,
-        };
+        inner.hold(&key, context, lease.clone());
         Guard::new(
             self.client,
             self.algorithm,
             key,
-            owner,
+            id,
             fence,
             sent,
             lease,
-            Registration {
-                watch,
-                context: registered,
-            },
+            Registration { watch, held: true },
         )
     }
 }

@@ -10,8 +10,13 @@
 //! and a task that just released cannot jump ahead of tasks already waiting here. A message
 //! that is lost (a reconnect, a waiter cancelled at the wrong moment) costs at most the
 //! fallback timeout, which the acquire loop caps by the holder's remaining lease.
+//!
+//! A quorum client subscribes on every node that answers, since any one of them may be
+//! frozen or cut off exactly when the holder releases. A setnx release publishes its own
+//! wake-up id on each node, and the id is counted once, so five nodes do not wake five
+//! waiters for one release.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -38,8 +43,10 @@ struct Channel {
     released: Notify,
     /// Live subscriptions of this process to the channel.
     waiters: AtomicUsize,
-    /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; the node subscribed on, if any.
-    subscribed: tokio::sync::Mutex<Option<usize>>,
+    /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; the nodes subscribed on.
+    subscribed: tokio::sync::Mutex<Vec<usize>>,
+    /// Wake-up ids of releases heard lately, so one heard from several nodes wakes once.
+    heard: Mutex<VecDeque<Vec<u8>>>,
     /// When the current holder's lease ends at the latest, as last seen by a local waiter:
     /// bounds the sleep of waiters that queue without asking the server.
     holder_until: Mutex<Option<Instant>>,
@@ -52,10 +59,34 @@ impl Channel {
         Arc::new(Channel {
             released: Notify::new(),
             waiters: AtomicUsize::new(0),
-            subscribed: tokio::sync::Mutex::new(None),
+            subscribed: tokio::sync::Mutex::new(Vec::new()),
+            heard: Mutex::new(VecDeque::new()),
             holder_until: Mutex::new(None),
             attempting: AtomicUsize::new(0),
         })
+    }
+}
+
+/// Bound on an UNSUBSCRIBE's answer: the connection's own response timeout applies too; this
+/// only keeps a frozen quorum node from holding the channel's state for long.
+const RESPONSE_BOUND: Duration = Duration::from_secs(1);
+
+/// How many wake-up ids a channel remembers: more than the releases of one lock that can be
+/// on their way from different nodes at once.
+const HEARD: usize = 16;
+
+impl Channel {
+    /// True the first time a release's wake-up id is heard.
+    fn first_hearing(&self, id: &[u8]) -> bool {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        if heard.iter().any(|h| h.as_slice() == id) {
+            return false;
+        }
+        if heard.len() == HEARD {
+            heard.pop_front();
+        }
+        heard.push_back(id.to_vec());
+        true
     }
 }
 
@@ -104,6 +135,11 @@ impl Channels {
                     Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
                         ch.released.notify_waiters();
                         ch.released.notify_one();
+                    }
+                    Some(Value::BulkString(id)) if !id.is_empty() => {
+                        if ch.first_hearing(id) {
+                            ch.released.notify_one();
+                        }
                     }
                     _ => ch.released.notify_one(),
                 }
@@ -161,7 +197,7 @@ impl Channels {
         let mut map = self.lock();
         let idle = ch.waiters.load(Ordering::Acquire) == 0
             && ch.attempting.load(Ordering::Acquire) == 0
-            && ch.subscribed.try_lock().is_ok_and(|s| s.is_none());
+            && ch.subscribed.try_lock().is_ok_and(|s| s.is_empty());
         if idle && map.get(key).is_some_and(|c| Arc::ptr_eq(c, ch)) {
             map.remove(key);
         }
@@ -210,25 +246,44 @@ impl Notifier {
             nodes: self.nodes.clone(),
         };
         let mut subscribed = ch.subscribed.lock().await;
-        if subscribed.is_some() {
+        if !subscribed.is_empty() {
             return Ok((subscription, false));
         }
-        // Releases publish on every node that held the lock; listening on one node is
-        // enough, and hears each release once. Prefer a node whose vote counts.
-        let mut order: Vec<usize> = (0..self.nodes.nodes.len()).collect();
-        order.sort_by_key(|&i| !self.nodes.nodes[i].trusted());
         let channel = key.channel();
-        let mut last_error = None;
-        for i in order {
-            match self.nodes.nodes[i].conn.clone().subscribe(&channel).await {
-                Ok(()) => {
-                    *subscribed = Some(i);
-                    return Ok((subscription, true));
+        let nodes = &self.nodes;
+        if !nodes.is_quorum() {
+            nodes.nodes[0].conn.clone().subscribe(&channel).await?;
+            subscribed.push(0);
+            return Ok((subscription, true));
+        }
+        // Releases publish on every node that held the lock, but any one node may be frozen
+        // or cut off: listen on all of them, each bounded like any quorum request.
+        let attempts = nodes.nodes.iter().map(|node| {
+            let channel = &channel;
+            async move {
+                let mut conn = node.conn.clone();
+                match tokio::time::timeout(nodes.node_timeout, conn.subscribe(channel)).await {
+                    Ok(result) => result,
+                    Err(_) => Err((redis::ErrorKind::Io, "no answer to SUBSCRIBE").into()),
                 }
+            }
+        });
+        let mut last_error = None;
+        for (i, result) in futures_util::future::join_all(attempts)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            match result {
+                Ok(()) => subscribed.push(i),
                 Err(e) => last_error = Some(e),
             }
         }
-        Err(last_error.unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()))
+        if subscribed.is_empty() {
+            return Err(last_error
+                .unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()));
+        }
+        Ok((subscription, true))
     }
 }
 
@@ -287,16 +342,13 @@ impl Drop for Subscription {
             if ch.waiters.load(Ordering::Acquire) != 0 {
                 return;
             }
-            if let Some(i) = *subscribed {
-                if nodes.nodes[i]
-                    .conn
-                    .clone()
-                    .unsubscribe(key.channel())
-                    .await
-                    .is_ok()
-                {
-                    *subscribed = None;
-                }
+            // Whether an UNSUBSCRIBE whose answer was lost took effect is unknown: count the
+            // channel as not subscribed either way, so the next waiter subscribes afresh
+            // (SUBSCRIBE is idempotent) rather than trust a subscription that may be gone.
+            let channel = key.channel();
+            for i in std::mem::take(&mut *subscribed) {
+                let mut conn = nodes.nodes[i].conn.clone();
+                let _ = tokio::time::timeout(RESPONSE_BOUND, conn.unsubscribe(&channel)).await;
             }
             drop(subscribed);
             if let Some(channels) = channels.upgrade() {

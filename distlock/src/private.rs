@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::client::Client;
+use crate::context::LockContext;
 use crate::error::Error;
 use crate::guard::Guard;
 
@@ -515,6 +516,8 @@ impl Signal {
 ///   call returns [`Error::LeaseLost`] instead: the caller must not believe the work was
 ///   protected. A body's `Err` is returned as is. A release that fails for a transport reason
 ///   is not reported: the body ran under the lock, and the lease runs out within its ttl.
+/// * Each call is an owner of its own ([`LockContext`] scope): two calls joined in one task
+///   exclude each other, and a locked call made inside this body re-enters this call's holds.
 pub async fn run<R, E, F>(
     client: Result<Cow<'static, Client>, Error>,
     key: Cow<'static, str>,
@@ -530,6 +533,21 @@ where
         Ok(client) => client,
         Err(error) => return returns.error(error),
     };
+    LockContext::call(locked(client, key, spec, on_busy, returns, body)).await
+}
+
+/// [`run`] once the client is known, inside the call's own context.
+async fn locked<R, E, F>(
+    client: Cow<'static, Client>,
+    key: Cow<'static, str>,
+    spec: Spec,
+    on_busy: OnBusy<R>,
+    returns: Returns<R, E>,
+    body: F,
+) -> R
+where
+    F: Future<Output = R>,
+{
     let guard = match acquire(&client, &key, &spec).await {
         Ok(guard) => guard,
         Err(error) => {

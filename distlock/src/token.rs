@@ -18,6 +18,13 @@ pub(crate) fn owner_token() -> Arc<str> {
     Arc::from(std::str::from_utf8(&digits).unwrap_or_default())
 }
 
+/// The nonce of an acquisition that needs none (a setnx lock on one node: its token already
+/// names the acquisition, and its release is heard once). Shared, so it costs no allocation.
+pub(crate) fn no_nonce() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
+}
+
 /// 64 random bits as 16 hex digits, naming one client (one process's connection set).
 pub(crate) fn client_id() -> String {
     format!("{:016x}", rand::rng().random::<u64>())

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::key::LockKey;
+use crate::lease::after;
 use crate::notify::{Arrival, InFlight, Notifier, Subscription};
 
 /// First pause of the fallback backoff, used while no subscription is possible.
@@ -75,6 +76,8 @@ impl<'a> Waiter<'a> {
         left: Duration,
     ) {
         if !failed {
+            // The server answered: a later failure starts its backoff afresh.
+            self.backoffs = 0;
             // +1 ms: PTTL rounds down, and the key must be gone when we retry.
             let cap = match holder_ttl {
                 Some(t) => t + Duration::from_millis(1),
@@ -85,8 +88,16 @@ impl<'a> Waiter<'a> {
             }
         }
         self.in_flight = None;
+        if failed && self.backoffs == 0 {
+            // A lost connection (a reset, a restart) is usually back within a loopback round
+            // trip, and the next request waits for the reconnection by itself: retry at once,
+            // and back off only if that fails too.
+            self.backoffs = 1;
+            tokio::task::yield_now().await;
+            return;
+        }
         let step = FIRST_PAUSE
-            .saturating_mul(1 << self.backoffs.min(5))
+            .saturating_mul(1 << self.backoffs.saturating_sub(1).min(5))
             .min(MAX_PAUSE);
         self.backoffs += 1;
         let mut pause = rand::rng().random_range(step / 2..=step);
@@ -128,8 +139,10 @@ impl<'a> Waiter<'a> {
         if holder_known {
             sub.holder_seen(cap);
         }
-        let deadline = Instant::now() + cap.min(left);
-        let end = Instant::now() + left;
+        let now = Instant::now();
+        // `left` is Duration::MAX for a caller that waits without limit.
+        let deadline = after(now, cap.min(left));
+        let end = after(now, left);
         let mut until = deadline;
         // Sleep until woken, or until the holder's lease must have ended. Another local
         // waiter may learn a later end meanwhile (a queued newcomer starts from a guess):

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{renewed_lease, Algorithm, HoldId};
 use crate::key::LockKey;
 use crate::lease::LeaseState;
-use crate::quorum::{Node, Nodes};
+use crate::quorum::{majority_lease, Node, Nodes};
 
 /// How soon a renewal that failed for a transient reason is tried again.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -31,7 +31,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(50);
 pub(crate) struct Watch {
     pub(crate) algorithm: &'static Algorithm,
     pub(crate) key: LockKey,
-    pub(crate) owner: Arc<str>,
+    pub(crate) id: HoldId,
     pub(crate) ttl_ms: u64,
     pub(crate) period: Duration,
     /// Renewal stops here (the optional cap on total hold time); the lease then runs out.
@@ -134,7 +134,7 @@ struct Due {
     id: u64,
     algorithm: &'static Algorithm,
     key: LockKey,
-    owner: Arc<str>,
+    hold: HoldId,
     ttl_ms: u64,
 }
 
@@ -166,9 +166,10 @@ async fn run(shared: Arc<Shared>, nodes: Arc<Nodes>) {
     }
 }
 
-/// What one node said to a batch: per lease, renewed or refused; `None` where it gave no
-/// usable answer (unreachable, too slow, distrusted, or a script error).
-type NodeReplies = Vec<Option<bool>>;
+/// What one node said to a batch: per lease, renewed (with the lease it now holds) or refused
+/// (`Some(None)`); `None` where it gave no usable answer (unreachable, too slow, distrusted,
+/// or a script error).
+type NodeReplies = Vec<Option<Option<Duration>>>;
 
 async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bool) -> NodeReplies {
     let nothing = || vec![None; batch.len()];
@@ -177,7 +178,7 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
     }
     let mut pipe = redis::Pipeline::with_capacity(batch.len());
     for d in batch {
-        pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.owner, d.ttl_ms));
+        pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
     }
     let mut conn = node.conn.clone();
     let query = pipe
@@ -201,7 +202,7 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
         .iter()
         .zip(replies)
         .map(|(d, reply)| match reply {
-            Ok(n) => Some(n == 1),
+            Ok(ms) => Some(renewed_lease(ms)),
             Err(e) => {
                 if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
                     reload.push(d.algorithm);
@@ -231,14 +232,11 @@ fn record(shared: &Shared, batch: &[Due], replies: &[NodeReplies], quorum: usize
         let Some(entry) = entries.get_mut(&d.id) else {
             continue;
         };
-        let renewed = replies.iter().filter(|r| r[i] == Some(true)).count();
-        let refused = replies.iter().filter(|r| r[i] == Some(false)).count();
-        if renewed >= quorum {
-            if entry
-                .watch
-                .lease
-                .renewed(sent, Duration::from_millis(d.ttl_ms))
-            {
+        let mut renewed: Vec<Duration> = replies.iter().filter_map(|r| r[i].flatten()).collect();
+        let refused = replies.iter().filter(|r| r[i] == Some(None)).count();
+        if renewed.len() >= quorum {
+            let lease = majority_lease(&mut renewed, quorum);
+            if entry.watch.lease.renewed(sent, lease) {
                 entry.due = sent + entry.watch.period;
             } else {
                 entries.remove(&d.id);
@@ -288,7 +286,7 @@ fn collect(shared: &Shared) -> (Vec<Due>, Option<Instant>) {
                     id,
                     algorithm: e.watch.algorithm,
                     key: e.watch.key.clone(),
-                    owner: e.watch.owner.clone(),
+                    hold: e.watch.id.clone(),
                     ttl_ms: e.watch.ttl_ms,
                 });
                 // Not again until this attempt's outcome sets a new due time.

@@ -205,10 +205,12 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
     let mut nodes = RedisServers::start(5);
     let locks = quorum(&nodes).await;
     let fence = format!("{}:fence", lock_key("drift"));
+    // Far above what the other nodes start their new counters at (their clock in us).
+    const AHEAD: u64 = 4_000_000_000_000_000;
     let _: () = nodes[0]
         .async_connection()
         .await
-        .set(&fence, 100)
+        .set(&fence, AHEAD)
         .await
         .expect("SET");
     nodes[3].pause();
@@ -219,7 +221,7 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
         .await
         .expect("majority 0, 1, 2");
     let t1 = first.fencing_token();
-    assert_eq!(t1, 101, "the maximum over the majority");
+    assert_eq!(t1, AHEAD + 1, "the maximum over the majority");
     first.release().await.expect("release");
     nodes[3].resume();
     nodes[4].resume();

@@ -10,13 +10,16 @@ use distlock::{Error, LockContext};
 use distlock_testkit::RedisServer;
 use redis::AsyncCommands;
 
-/// The hold counts in the lock's hash, without the reserved `fence` field.
+/// The hold counts in the lock's hash: one `h:<nonce>` field per acquisition of its single
+/// owner (an empty list when nobody holds it).
 async fn counts(conn: &redis::aio::MultiplexedConnection, name: &str) -> Vec<i64> {
-    let all: HashMap<String, i64> = conn.clone().hgetall(lock_key(name)).await.expect("HGETALL");
-    all.into_iter()
-        .filter(|(k, _)| k != "fence")
-        .map(|(_, v)| v)
-        .collect()
+    let all: HashMap<String, String> = conn.clone().hgetall(lock_key(name)).await.expect("HGETALL");
+    let holds = all.keys().filter(|k| k.starts_with("h:")).count() as i64;
+    if holds == 0 {
+        Vec::new()
+    } else {
+        vec![holds]
+    }
 }
 
 #[tokio::test]

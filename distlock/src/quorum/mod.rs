@@ -32,7 +32,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 
-use crate::algorithm::{Algorithm, Attempt};
+use crate::algorithm::{Algorithm, Attempt, HoldId};
 use crate::error::{Error, NodeError};
 use crate::key::LockKey;
 pub(crate) use node::{Node, NodeSettings};
@@ -115,18 +115,18 @@ impl Nodes {
         &self,
         algorithm: &'static Algorithm,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
         ttl_ms: u64,
         unsure: bool,
         want_holder_ttl: bool,
     ) -> Result<Attempt, Error> {
         if let Some(mut conn) = self.single() {
             return algorithm
-                .try_acquire(&mut conn, key, owner, ttl_ms, unsure, want_holder_ttl)
+                .try_acquire(&mut conn, key, id, ttl_ms, unsure, want_holder_ttl)
                 .await;
         }
         // One command for all nodes.
-        let cmd = &algorithm.acquire_cmd(key, owner, ttl_ms, unsure, true);
+        let cmd = &algorithm.acquire_cmd(key, id, ttl_ms, unsure, true);
         let mut answers = self.fan_out(false, |mut conn| async move {
             algorithm.send_acquire(&mut conn, key, cmd).await
         });
@@ -156,7 +156,7 @@ impl Nodes {
         // Not ours: give back what was granted, and what may have been granted unseen (a node
         // that failed to answer, or one still on its way when the majority said busy).
         if !granted.is_empty() || !errors.is_empty() || answered < self.nodes.len() {
-            self.release_everywhere(algorithm, key, owner).await;
+            self.release_everywhere(algorithm, key, id).await;
         }
         if !granted.is_empty() {
             // A split vote: another client holds part of the majority we lack and is giving
@@ -217,6 +217,7 @@ impl Nodes {
             Err(NodeError {
                 node: "quorum".into(),
                 reason: "could not raise the fencing counters of a majority".into(),
+                retryable: true,
             })
         }
     }
@@ -233,23 +234,26 @@ impl Nodes {
         self: &Arc<Self>,
         algorithm: &'static Algorithm,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
     ) -> Result<bool, Error> {
         if let Some(mut conn) = self.single() {
-            return algorithm.try_release(&mut conn, key, owner).await;
+            return algorithm.try_release(&mut conn, key, id).await;
         }
-        let cmd = Arc::new(algorithm.release_cmd(key, owner));
+        let cmd = Arc::new(algorithm.release_cmd(key, id));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
-            async move { algorithm.send_release(&mut conn, &key, &cmd).await }
+            async move {
+                let released = algorithm.send_release(&mut conn, &key, &cmd).await?;
+                Ok(released.then_some(Duration::ZERO))
+            }
         });
-        self.decide(key, answers).await
+        Ok(self.decide(key, answers).await?.is_some())
     }
 
     /// Gives the hold back on every node and waits for all of them (or their timeouts): a
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
-    async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, owner: &str) {
-        let cmd = &algorithm.release_cmd(key, owner);
+    async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
+        let cmd = &algorithm.release_cmd(key, id);
         self.fan_out(true, |mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })
@@ -257,20 +261,21 @@ impl Nodes {
         .await;
     }
 
-    /// Renews the hold on every trusted node. True when a majority renewed it; returns as
+    /// Renews the hold on every trusted node. The lease a majority now holds (see
+    /// [`majority_lease`]) when a majority renewed it, `None` when it could not; returns as
     /// soon as the answers decide, the other renewals finishing on their own (see
     /// [`release`](Self::release)).
     pub(crate) async fn extend(
         self: &Arc<Self>,
         algorithm: &'static Algorithm,
         key: &LockKey,
-        owner: &str,
+        id: &HoldId,
         ttl_ms: u64,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<Duration>, Error> {
         if let Some(mut conn) = self.single() {
-            return algorithm.try_extend(&mut conn, key, owner, ttl_ms).await;
+            return algorithm.try_extend(&mut conn, key, id, ttl_ms).await;
         }
-        let cmd = Arc::new(algorithm.extend_cmd(key, owner, ttl_ms));
+        let cmd = Arc::new(algorithm.extend_cmd(key, id, ttl_ms));
         let answers = self.fan_out_owned(false, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
             async move { algorithm.send_extend(&mut conn, &key, &cmd).await }
@@ -278,26 +283,26 @@ impl Nodes {
         self.decide(key, answers).await
     }
 
-    /// Counts yes/no answers as they come: true with a majority of yes, false once a majority
-    /// can no longer say yes because nodes said no, else (too many unreachable, known once
-    /// every node answered or timed out) the quorum error. Requests still on their way when
-    /// the outcome is decided finish in a spawned task.
+    /// Counts yes/no answers as they come: with a majority of yes, the lease the majority
+    /// holds; `None` once a majority can no longer say yes because nodes said no; else (too
+    /// many unreachable, known once every node answered or timed out) the quorum error.
+    /// Requests still on their way when the outcome is decided finish in a spawned task.
     async fn decide<F>(
         &self,
         key: &LockKey,
         mut answers: FuturesUnordered<F>,
-    ) -> Result<bool, Error>
+    ) -> Result<Option<Duration>, Error>
     where
-        F: Future<Output = (usize, Answer<bool>)> + Send + 'static,
+        F: Future<Output = (usize, Answer<Option<Duration>>)> + Send + 'static,
     {
-        let (mut yes, mut no, mut errors) = (0, 0, Vec::new());
+        let (mut yes, mut no, mut errors) = (Vec::new(), 0, Vec::new());
         while let Some((_, answer)) = answers.next().await {
             match answer {
-                Ok(true) => yes += 1,
-                Ok(false) => no += 1,
+                Ok(Some(lease)) => yes.push(lease),
+                Ok(None) => no += 1,
                 Err(e) => errors.push(e),
             }
-            if yes >= self.quorum || no > self.nodes.len() - self.quorum {
+            if yes.len() >= self.quorum || no > self.nodes.len() - self.quorum {
                 break;
             }
         }
@@ -311,19 +316,30 @@ impl Nodes {
                 Err(_) => answers.for_each(|_| async {}).await,
             }
         }
-        if yes >= self.quorum {
-            return Ok(true);
+        if yes.len() >= self.quorum {
+            return Ok(Some(majority_lease(&mut yes, self.quorum)));
         }
         if no > self.nodes.len() - self.quorum {
-            return Ok(false);
+            return Ok(None);
         }
         Err(Error::QuorumNotReached {
             key: key.name().to_owned(),
-            acked: yes,
+            acked: yes.len(),
             needed: self.quorum,
             errors,
         })
     }
+}
+
+/// How long a majority keeps a lease, given what each node that renewed it holds: the
+/// `quorum`-th longest (the lock is held while a majority holds it).
+pub(crate) fn majority_lease(leases: &mut [Duration], quorum: usize) -> Duration {
+    leases.sort_unstable_by(|a, b| b.cmp(a));
+    leases
+        .get(quorum.saturating_sub(1))
+        .or(leases.last())
+        .copied()
+        .unwrap_or_default()
 }
 
 /// One node's answer to one request: bounded by the per-node timeout; a node not counted now
@@ -333,18 +349,20 @@ async fn ask<T>(
     node_timeout: Duration,
     call: Option<impl Future<Output = Result<T, Error>>>,
 ) -> Answer<T> {
-    let fail = |reason: String| NodeError {
+    let fail = |reason: String, retryable: bool| NodeError {
         node: node.addr.clone(),
         reason,
+        retryable,
     };
     let Some(call) = call else {
         return Err(fail(
             "restarted recently; not counted until the restart delay passed".into(),
+            true,
         ));
     };
     match tokio::time::timeout(node_timeout, call).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(fail(e.to_string())),
-        Err(_) => Err(fail(format!("no answer within {node_timeout:?}"))),
+        Ok(Err(e)) => Err(fail(e.to_string(), e.is_retryable())),
+        Err(_) => Err(fail(format!("no answer within {node_timeout:?}"), true)),
     }
 }

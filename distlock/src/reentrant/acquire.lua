@@ -1,35 +1,66 @@
--- Take or re-enter the lock: a hash of owner -> hold count, plus the fencing token of the
--- current tenure in the reserved field 'fence' (owners always contain ':', so no clash).
+-- Take or re-enter the lock. One hash per lock:
+--   owner      the holding owner (client id : context)
+--   fence      the fencing token of the current tenure
+--   h:<nonce>  one field per live acquisition of the owner (its re-entry depth is their count)
+-- A field per acquisition, not a counter, makes every call idempotent: a retried acquire finds
+-- its field and counts nothing twice, a retried or stale release finds no field and frees
+-- nothing, and a guard left from an earlier tenure cannot release the owner's new hold.
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner (client id : task), ARGV[2] ttl in milliseconds; ARGV[3] (retry) and ARGV[4]
--- (want the holder's ttl) are unused: the busy check needs PTTL anyway
+-- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce; ARGV[3]
+-- (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes retries safe and
+-- the busy answer costs nothing extra
 -- Returns {1, fencing token} when held, {0, holder's remaining ms} when busy,
--- {-1, type} when a key holds something that is not one of our locks.
-local mine = redis.pcall('hexists', KEYS[1], ARGV[1])
-if type(mine) == 'table' then
-  return {-1, redis.call('type', KEYS[1]).ok}
+-- {-1, type} when a key holds something that is not one of our locks, {-3, mode} when the
+-- name is held as a lock of another mode.
+local owner = redis.pcall('hget', KEYS[1], 'owner')
+local ttl = tonumber(ARGV[2])
+if type(owner) == 'table' then
+  -- Not a hash: a setnx lock of the same name (a string that expires) or the application's.
+  local kind = redis.call('type', KEYS[1]).ok
+  if kind == 'string' and redis.call('pttl', KEYS[1]) >= 0 then
+    return {-3, 'setnx'}
+  end
+  return {-1, kind}
 end
-local ttl = redis.call('pttl', KEYS[1])
-if mine == 1 then
-  -- Re-entry keeps the tenure's token and never shortens the lease.
-  redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  if ttl < tonumber(ARGV[2]) then
-    redis.call('pexpire', KEYS[1], ARGV[2])
+local left = redis.call('pttl', KEYS[1])
+if owner == ARGV[1] then
+  -- Re-entry (or this acquisition retried) keeps the tenure's token, and never shortens the
+  -- lease: an outer hold of the same owner may count on a longer one.
+  redis.call('hset', KEYS[1], 'h:' .. ARGV[5], 1)
+  if left < ttl then
+    redis.call('pexpire', KEYS[1], ttl)
   end
   return {1, tonumber(redis.call('hget', KEYS[1], 'fence'))}
 end
-if ttl == -2 then
+if left == -2 then
   local fence = redis.pcall('incr', KEYS[2])
   if type(fence) == 'table' then
     -- The counter key holds the application's data; nothing was written yet.
     return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
   end
-  redis.call('hset', KEYS[1], ARGV[1], 1, 'fence', fence)
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  if fence == 1 then
+    -- A new counter (first use, or lost in a restart): start at the server's clock in
+    -- microseconds, above every token issued before (see the setnx acquire script).
+    local t = redis.call('time')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('set', KEYS[2], string.format('%.0f', fence))
+  end
+  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', fence, 'h:' .. ARGV[5], 1)
+  redis.call('pexpire', KEYS[1], ttl)
   return {1, fence}
 end
-if ttl == -1 then
+if left == -1 then
   -- Our locks always expire: a hash without expiry is the application's own.
   return {-1, 'hash without expiry'}
 end
-return {0, ttl}
+if not owner then
+  -- A hash that expires but has no owner: the read/write lock of the same name, or the
+  -- application's own hash.
+  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
+    if f == 'mode' or f == 'writer' or string.sub(f, 1, 7) == 'intent:' then
+      return {-3, 'read/write'}
+    end
+  end
+  return {-1, 'hash that is not a reentrant lock'}
+end
+return {0, left}

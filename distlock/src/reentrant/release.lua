@@ -1,12 +1,17 @@
--- Give back one level of the owner's hold; the last level deletes the lock and wakes a
+-- Give back one acquisition of the owner's hold; the last one deletes the lock and wakes a
 -- waiter.
--- KEYS[1] lock key, KEYS[2] wake-up channel; ARGV[1] owner.
--- Returns 1 when a level was given back, 0 when the owner holds nothing here.
+-- KEYS[1] lock key, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce.
+-- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, taken
+-- over, or already given back by an earlier try of this release).
 -- pcall: a key of another type is simply not ours, not a script failure.
-if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
+if redis.pcall('hget', KEYS[1], 'owner') ~= ARGV[1] then
   return 0
 end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
+if redis.call('hdel', KEYS[1], 'h:' .. ARGV[2]) == 0 then
+  return 0
+end
+-- Only 'owner' and 'fence' left: that was the last acquisition.
+if redis.call('hlen', KEYS[1]) <= 2 then
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], '')
 end

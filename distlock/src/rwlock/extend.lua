@@ -1,33 +1,34 @@
--- Renew the owner's holds, read and write alike (one owner is one task, whose holds live and
--- die together). Other readers' leases are left as they are: each expires on its own.
--- KEYS[1] lock hash; ARGV[1] owner, ARGV[2] ttl in ms.
--- Returns 1 renewed, 0 when the owner holds nothing live here (its lease is lost).
--- A lease is never shortened: another hold of the same owner may count on the longer one.
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
+-- Renew the lease of one acquisition: the writer's lease for a write acquisition, the
+-- owner's read lease for a read one. Other owners' leases are left as they are: each expires
+-- on its own.
+-- KEYS[1] lock hash; ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] the acquisition's nonce.
+-- Returns the lease's remaining ms after the renewal (at least the ttl), or 0 when the
+-- acquisition is not held here (its lease is lost). A lease is never shortened: another hold
+-- of the same owner may count on the longer one.
+local owner, ttl, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = server_ms()
 local s = load(now)
 if not s then
   return 0
 end
-local renewed = 0
-if s.writer == owner then
-  renewed = 1
+local left = 0
+if s.writer == owner and s.writes[nonce] then
   if now + ttl > s.wuntil then
     s.wuntil = now + ttl
     redis.call('hset', KEYS[1], 'writer-until', int(s.wuntil))
     s.dirty = true
   end
-end
-local r = s.readers[owner]
-if r then
-  renewed = 1
+  left = s.wuntil - now
+elseif s.reads[nonce] == owner then
+  local r = s.readers[owner]
   if now + ttl > r.ends then
     r.ends = now + ttl
     redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
     s.dirty = true
   end
+  left = r.ends - now
 end
 if s.dirty then
   settle(s, now)
 end
-return renewed
+return left

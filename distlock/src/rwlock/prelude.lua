@@ -2,19 +2,22 @@
 -- Redis script cannot include another).
 --
 -- One hash per lock, so all of a lock's state sits in one Redis Cluster slot. Every field is
--- ours; an owner is `client id:task` and so always contains ':'.
+-- ours; an owner is `client id:context` and so always contains ':'.
 --   mode                'read' or 'write' while someone holds the lock (absent otherwise)
 --   writer              the owner of the write hold
---   writer-count        its re-entry depth
 --   writer-until        when its lease ends: server time, ms since the epoch
 --   writer-fence        the fencing token of the write tenure
---   read:<owner>        one reader's re-entry depth
+--   w:<nonce>           one field per live write acquisition (the writer's re-entry depth
+--                       is their count)
+--   r:<nonce>           one field per live read acquisition; the value is its owner
 --   read-until:<owner>  when that reader's lease ends (server time, ms)
 --   intent:<owner>      a waiting writer's intent, which ends at this server time (ms)
 -- Each reader's lease is its own field, so a crashed reader's share ends with its own lease
--- however long the others keep renewing theirs. Every script prunes what has expired before
--- it decides anything, and keeps the key's PEXPIRE at the latest live lease or intent, so an
--- abandoned lock still vanishes on its own.
+-- however long the others keep renewing theirs. A field per acquisition, not a counter, makes
+-- every call idempotent: a retried acquire finds its field and counts nothing twice, and a
+-- retried or stale release (a guard from an earlier tenure) finds no field and frees nothing.
+-- Every script prunes what has expired before it decides anything, and keeps the key's
+-- PEXPIRE at the latest live lease or intent, so an abandoned lock still vanishes on its own.
 --
 -- Time is the server's own (TIME), never a client's: client clocks need not agree, and a
 -- value computed from one is what made seed 004's cluster variant unsafe.
@@ -29,9 +32,11 @@ end
 -- attempts: a writer that died or gave up stops blocking new readers soon after.
 local INTENT_MAX_MS = 2000
 
+-- The server's time in ms, and in us for a new fencing counter.
 local function server_ms()
   local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(us / 1000), us
 end
 
 -- Integral numbers as Redis expects them (Lua 5.1 would print large ones as 1.7e+12).
@@ -44,25 +49,33 @@ local function starts(s, prefix)
 end
 
 -- Reads the lock and deletes the holds and intents that have expired. Returns the live
--- state, or nil and a description when the key holds something that is not a read/write
--- lock (the caller then leaves it untouched).
+-- state, or nil and the reply to give when the key holds something that is not a read/write
+-- lock (the caller then leaves it untouched): {-3, mode} for another lock mode of the same
+-- name, {-1, type} for the application's data.
 local function load(now)
   local s = {
     readers = {}, nreaders = 0, intents = {}, nintents = 0,
+    reads = {}, writes = {}, nwrites = 0,
     dirty = false,
   }
   local flat = redis.pcall('hgetall', KEYS[1])
   if flat.err then
-    return nil, redis.call('type', KEYS[1]).ok
+    local kind = redis.call('type', KEYS[1]).ok
+    if kind == 'string' and redis.call('pttl', KEYS[1]) >= 0 then
+      return nil, {-3, 'setnx'}
+    end
+    return nil, {-1, kind}
   end
   if #flat == 0 then
     return s
   end
   -- Our locks always expire: a hash without expiry is the application's own.
   if redis.call('pttl', KEYS[1]) == -1 then
-    return nil, 'hash without expiry'
+    return nil, {-1, 'hash without expiry'}
   end
-  local counts, untils = {}, {}
+  local untils = {}
+  local reads = {}
+  local writes = {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
     local n = tonumber(v)
@@ -70,14 +83,14 @@ local function load(now)
       s.mode = v
     elseif f == 'writer' then
       s.writer = v
-    elseif f == 'writer-count' and n then
-      s.wcount = n
     elseif f == 'writer-until' and n then
       s.wuntil = n
     elseif f == 'writer-fence' and n then
       s.wfence = n
-    elseif starts(f, 'read:') and n then
-      counts[string.sub(f, 6)] = n
+    elseif starts(f, 'w:') then
+      writes[string.sub(f, 3)] = true
+    elseif starts(f, 'r:') then
+      reads[string.sub(f, 3)] = v
     elseif starts(f, 'read-until:') and n then
       untils[string.sub(f, 12)] = n
     elseif starts(f, 'intent:') and n then
@@ -89,31 +102,53 @@ local function load(now)
         redis.call('hdel', KEYS[1], f)
         s.dirty = true
       end
+    elseif f == 'owner' then
+      return nil, {-3, 'reentrant'}
     else
-      -- Another lock mode under the same name, or the application's own hash.
-      return nil, 'hash that is not a read/write lock'
+      return nil, {-1, 'hash that is not a read/write lock'}
     end
   end
-  if s.writer and not (s.wcount and s.wuntil and s.wfence) then
-    return nil, 'hash that is not a read/write lock'
+  if s.writer and not (s.wuntil and s.wfence) then
+    return nil, {-1, 'hash that is not a read/write lock'}
   end
   if s.writer and s.wuntil <= now then
-    redis.call('hdel', KEYS[1], 'writer', 'writer-count', 'writer-until', 'writer-fence')
-    s.writer, s.wcount, s.wuntil, s.wfence = nil, nil, nil, nil
+    redis.call('hdel', KEYS[1], 'writer', 'writer-until', 'writer-fence')
+    s.writer, s.wuntil, s.wfence = nil, nil, nil
     s.dirty = true
   end
-  for owner, count in pairs(counts) do
-    local u = untils[owner]
-    if u and u > now then
-      s.readers[owner] = {count = count, ends = u}
-      s.nreaders = s.nreaders + 1
+  for nonce, _ in pairs(writes) do
+    if s.writer then
+      s.writes[nonce] = true
+      s.nwrites = s.nwrites + 1
     else
-      redis.call('hdel', KEYS[1], 'read:' .. owner, 'read-until:' .. owner)
+      redis.call('hdel', KEYS[1], 'w:' .. nonce)
       s.dirty = true
     end
   end
-  for owner, _ in pairs(untils) do
-    if not counts[owner] then
+  for owner, u in pairs(untils) do
+    if u > now then
+      s.readers[owner] = {count = 0, ends = u}
+    end
+  end
+  for nonce, owner in pairs(reads) do
+    local r = s.readers[owner]
+    if r then
+      r.count = r.count + 1
+      s.reads[nonce] = owner
+    else
+      redis.call('hdel', KEYS[1], 'r:' .. nonce)
+      s.dirty = true
+    end
+  end
+  for owner, r in pairs(s.readers) do
+    if r.count > 0 then
+      s.nreaders = s.nreaders + 1
+    else
+      s.readers[owner] = nil
+    end
+  end
+  for owner, u in pairs(untils) do
+    if not s.readers[owner] then
       redis.call('hdel', KEYS[1], 'read-until:' .. owner)
       s.dirty = true
     end
@@ -172,23 +207,40 @@ local function others_intend(s, owner)
   return false
 end
 
--- Adds a read hold of `owner` whose lease runs `ttl` ms from `now` (never shortening the
--- lease it already has).
-local function add_read(s, owner, now, ttl)
+-- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never
+-- shortening the lease the owner already has: another of its holds may count on it).
+local function add_read(s, owner, nonce, now, ttl)
   local r = s.readers[owner]
-  if r then
-    r.count = redis.call('hincrby', KEYS[1], 'read:' .. owner, 1)
-    if now + ttl > r.ends then
-      r.ends = now + ttl
-      redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
-    end
-  else
-    r = {count = 1, ends = now + ttl}
+  if not r then
+    r = {count = 0, ends = 0}
     s.readers[owner] = r
     s.nreaders = s.nreaders + 1
-    redis.call('hset', KEYS[1], 'read:' .. owner, 1, 'read-until:' .. owner, int(r.ends))
+  end
+  r.count = r.count + 1
+  s.reads[nonce] = owner
+  if now + ttl > r.ends then
+    r.ends = now + ttl
+    redis.call('hset', KEYS[1], 'r:' .. nonce, owner, 'read-until:' .. owner, int(r.ends))
+  else
+    redis.call('hset', KEYS[1], 'r:' .. nonce, owner)
   end
   s.dirty = true
+end
+
+-- The next fencing token: the counter plus one, or the server's clock in microseconds for a
+-- new counter (first use, or lost in a restart without persistence), which is above every
+-- token issued before (each acquisition takes the server more than 1 us). Nil and a
+-- description when the counter key holds the application's data.
+local function mint(now_us)
+  local fence = redis.pcall('incr', KEYS[2])
+  if type(fence) == 'table' then
+    return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
+  end
+  if fence == 1 then
+    fence = now_us
+    redis.call('set', KEYS[2], int(fence))
+  end
+  return fence
 end
 
 -- The fencing counter's current value (0 before the first write), or nil and a description

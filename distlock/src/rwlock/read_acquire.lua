@@ -1,22 +1,24 @@
 -- Take or re-enter the read lock.
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner (client id : task), ARGV[2] ttl in ms; ARGV[3] (retry) and ARGV[4] (want the
--- holder's ttl) are unused: re-entry already accepts a hold the owner has, and the busy
--- answer costs nothing extra here
+-- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce;
+-- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
+-- find its own hold, and the busy answer costs nothing extra here
 -- Returns {1, fencing counter} when held, {0, ms} when busy, {-1, type} when a key holds
--- something that is not one of our locks.
+-- something that is not one of our locks, {-3, mode} when the name is held as a lock of
+-- another mode.
 --
 -- Reads never increment the counter: readers share the lock, so a token that grows per
 -- reader would order nothing. They get its current value, the latest write tenure's token.
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
+local owner, ttl, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[5]
 local now = server_ms()
-local s, found = load(now)
+local s, refused = load(now)
 if not s then
-  return {-1, found}
+  return refused
 end
 local mine = s.readers[owner] ~= nil
--- Re-entry by a reader, or the writer taking the read lock too (the way to downgrade): both
--- already exclude every other writer, so waiting writers do not hold them up.
+-- This acquisition retried after its reply was lost, re-entry by a reader, or the writer
+-- taking the read lock too (the way to downgrade): all already exclude every other writer,
+-- so waiting writers do not hold them up.
 if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) then
   local fence, bad = current_fence()
   if not fence then
@@ -25,7 +27,9 @@ if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) t
     end
     return {-1, bad}
   end
-  add_read(s, owner, now, ttl)
+  if s.reads[nonce] ~= owner then
+    add_read(s, owner, nonce, now, ttl)
+  end
   settle(s, now)
   return {1, fence}
 end

@@ -1,27 +1,29 @@
--- Give back one level of the owner's read hold. When the last reader leaves, wake waiters:
--- every one of them if writers registered intents (readers waiting behind those intents
--- share the channel, and a single wake-up could land on one of them instead of a writer),
--- else one.
--- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner.
--- Returns 1 when a level was given back, 0 when the owner holds no live read hold here
--- (other readers' holds are never touched).
-local owner = ARGV[1]
+-- Give back one read acquisition. When the last reader leaves, wake waiters: every one of
+-- them if writers registered intents (readers waiting behind those intents share the channel,
+-- and a single wake-up could land on one of them instead of a writer), else one.
+-- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce.
+-- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
+-- already given back by an earlier try of this release). Other readers' holds are never
+-- touched.
+local owner, nonce = ARGV[1], ARGV[2]
 local now = server_ms()
 local s = load(now)
 if not s then
   return 0
 end
-local r = s.readers[owner]
-if not r then
+if s.reads[nonce] ~= owner then
   if s.dirty then
     settle(s, now)
   end
   return 0
 end
-if r.count > 1 then
-  r.count = redis.call('hincrby', KEYS[1], 'read:' .. owner, -1)
+local r = s.readers[owner]
+s.reads[nonce] = nil
+r.count = r.count - 1
+if r.count > 0 then
+  redis.call('hdel', KEYS[1], 'r:' .. nonce)
 else
-  redis.call('hdel', KEYS[1], 'read:' .. owner, 'read-until:' .. owner)
+  redis.call('hdel', KEYS[1], 'r:' .. nonce, 'read-until:' .. owner)
   s.readers[owner] = nil
   s.nreaders = s.nreaders - 1
 end

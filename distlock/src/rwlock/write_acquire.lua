@@ -1,20 +1,27 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner (client id : task), ARGV[2] ttl in ms; ARGV[3] (retry) and ARGV[4] (want the
--- holder's ttl) are unused: re-entry already accepts a hold the owner has
+-- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce;
+-- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
+-- find its own hold
 -- Returns {1, fencing token} when held, {0, ms until the next attempt at the latest} when busy,
 -- {-1, type} when a key holds something that is not one of our locks, {-2, 'upgrade'} when
--- the owner holds only the read lock (refused for good: see below).
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
-local now = server_ms()
-local s, found = load(now)
+-- the owner holds only the read lock (refused for good: see below), {-3, mode} when the name
+-- is held as a lock of another mode.
+local owner, ttl, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+local now, now_us = server_ms()
+local s, refused = load(now)
 if not s then
-  return {-1, found}
+  return refused
 end
 if s.writer == owner then
-  -- Re-entry keeps the tenure's token and never shortens the lease.
-  s.wcount = redis.call('hincrby', KEYS[1], 'writer-count', 1)
+  -- Re-entry (or this acquisition retried) keeps the tenure's token and never shortens the
+  -- lease.
+  if not s.writes[nonce] then
+    redis.call('hset', KEYS[1], 'w:' .. nonce, 1)
+    s.writes[nonce] = true
+    s.nwrites = s.nwrites + 1
+  end
   if now + ttl > s.wuntil then
     s.wuntil = now + ttl
     redis.call('hset', KEYS[1], 'writer-until', int(s.wuntil))
@@ -31,17 +38,19 @@ if s.readers[owner] then
   return {-2, 'upgrade'}
 end
 if not s.writer and s.nreaders == 0 then
-  local fence = redis.pcall('incr', KEYS[2])
-  if type(fence) == 'table' then
+  local fence, bad = mint(now_us)
+  if not fence then
     -- The counter key holds the application's data; no hold was written.
     if s.dirty then
       settle(s, now)
     end
-    return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
+    return {-1, bad}
   end
-  s.writer, s.wcount, s.wuntil, s.wfence = owner, 1, now + ttl, fence
-  redis.call('hset', KEYS[1], 'writer', owner, 'writer-count', 1,
-    'writer-until', int(s.wuntil), 'writer-fence', fence)
+  s.writer, s.wuntil, s.wfence = owner, now + ttl, fence
+  s.writes[nonce] = true
+  s.nwrites = 1
+  redis.call('hset', KEYS[1], 'writer', owner, 'writer-until', int(s.wuntil),
+    'writer-fence', int(fence), 'w:' .. nonce, 1)
   if s.intents[owner] then
     redis.call('hdel', KEYS[1], 'intent:' .. owner)
     s.intents[owner] = nil

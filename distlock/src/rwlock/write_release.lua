@@ -1,28 +1,31 @@
--- Give back one level of the owner's write hold. The last level wakes every waiter: any
--- number of readers may come in now. If the owner also holds the read lock (a downgrade),
--- the lock stays read-held by it.
--- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner.
--- Returns 1 when a level was given back, 0 when the owner does not hold the write lock.
-local owner = ARGV[1]
+-- Give back one write acquisition. The last one wakes every waiter: any number of readers
+-- may come in now. If the owner also holds the read lock (a downgrade), the lock stays
+-- read-held by it.
+-- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce.
+-- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
+-- already given back by an earlier try of this release).
+local owner, nonce = ARGV[1], ARGV[2]
 local now = server_ms()
 local s = load(now)
 if not s then
   return 0
 end
-if s.writer ~= owner then
+if s.writer ~= owner or not s.writes[nonce] then
   if s.dirty then
     settle(s, now)
   end
   return 0
 end
-if s.wcount > 1 then
-  redis.call('hincrby', KEYS[1], 'writer-count', -1)
+s.writes[nonce] = nil
+s.nwrites = s.nwrites - 1
+if s.nwrites > 0 then
+  redis.call('hdel', KEYS[1], 'w:' .. nonce)
   if s.dirty then
     settle(s, now)
   end
   return 1
 end
-redis.call('hdel', KEYS[1], 'writer', 'writer-count', 'writer-until', 'writer-fence')
+redis.call('hdel', KEYS[1], 'writer', 'writer-until', 'writer-fence', 'w:' .. nonce)
 s.writer = nil
 settle(s, now)
 redis.call('publish', KEYS[2], 'all')

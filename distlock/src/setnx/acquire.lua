@@ -2,11 +2,13 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds, ARGV[3] '1' when an earlier attempt of
 -- this acquisition may have succeeded without its reply reaching us, ARGV[4] '1' when the
--- caller wants the holder's remaining ttl (a waiter that knows a recent one does not)
+-- caller wants the holder's remaining ttl (a waiter that knows a recent one does not),
+-- ARGV[5] the acquisition's nonce (unused: the token is already unique per acquisition)
 -- Returns {1, fencing token} when held, {0, holder's remaining ms or -1 if not asked} when busy,
--- {-1, type} when a key holds something that is not one of our locks.
--- Two calls on either common path (taken, busy): waiters retry this script, so its cost is
--- what a contended lock costs the server.
+-- {-1, type} when a key holds something that is not one of our locks, {-3, mode} when the
+-- name is held as a lock of another mode.
+-- Two calls on the common paths (taken; busy and not asked): waiters retry this script, so
+-- its cost is what a contended lock costs the server.
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('incr', KEYS[2])
   if type(fence) == 'table' then
@@ -14,23 +16,43 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('del', KEYS[1])
     return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
   end
+  if fence == 1 then
+    -- A new counter: the first use of the name, or the counter was lost (a restart without
+    -- persistence). Start at the server's clock in microseconds: every token issued before
+    -- was at most the clock of its time (each acquisition takes the server more than 1 us),
+    -- so tokens keep growing across the loss.
+    local t = redis.call('time')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('set', KEYS[2], string.format('%.0f', fence))
+  end
   return {1, fence}
 end
 if ARGV[3] ~= '1' and ARGV[4] ~= '1' then
   return {0, -1}
 end
+local held = redis.pcall('get', KEYS[1])
+if type(held) == 'table' then
+  -- Not a string: the reentrant or read/write lock of the same name, or the application's.
+  local kind = redis.call('type', KEYS[1]).ok
+  if kind == 'hash' and redis.call('pttl', KEYS[1]) >= 0 then
+    if redis.call('hexists', KEYS[1], 'owner') == 1 then
+      return {-3, 'reentrant'}
+    end
+    return {-3, 'read/write'}
+  end
+  return {-1, kind}
+end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl >= 0 then
-  if ARGV[3] == '1' and redis.pcall('get', KEYS[1]) == ARGV[1] then
-    -- Our own token: the earlier attempt took the lock but its reply was lost.
-    redis.call('pexpire', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' and held == ARGV[1] then
+    -- Our own token: the earlier attempt took the lock but its reply was lost. The lease is
+    -- made at least the ttl asked for, never shortened.
+    if ttl < tonumber(ARGV[2]) then
+      redis.call('pexpire', KEYS[1], ARGV[2])
+    end
     return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
   end
   return {0, ttl}
 end
 -- Our locks always expire: a key without expiry is the application's own value.
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'string' then
-  kind = 'string without expiry'
-end
-return {-1, kind}
+return {-1, 'string without expiry'}
