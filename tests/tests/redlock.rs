@@ -294,6 +294,81 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
     }
 }
 
+/// Issue 10, item 3: the restart guard also covers a client that starts after a node
+/// restarted empty (a deploy, autoscaling). That client never saw the node's old `run_id`, so
+/// only the server's uptime tells it the node may have forgotten locks: a node up for less
+/// than the restart delay casts no vote until it has been up that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_started_after_a_node_restarted_empty_cannot_take_a_held_lock() {
+    const TTL: Duration = Duration::from_secs(5);
+    // At least the longest ttl, as the docs ask: a lock a restarted node forgot has expired
+    // on every other node by then.
+    const DELAY: Duration = Duration::from_secs(6);
+    let mut nodes = RedisServers::start(5);
+    // The first holder is not the subject: it stands for a process that took the lock before
+    // anything restarted, so it locks at once on these fresh servers.
+    let holder = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect the holder");
+    // The holder reaches nodes 0, 1, 2 only: 3 and 4 are down at that moment.
+    nodes[3].kill();
+    nodes[4].kill();
+    let held = holder
+        .lock("late")
+        .ttl(TTL)
+        .watchdog(false)
+        .try_acquire()
+        .await
+        .expect("majority 0, 1, 2");
+    // Node 2 restarts without its data; 3 and 4 come back empty.
+    let restarted = Instant::now();
+    nodes[2].kill();
+    nodes[2].restart();
+    nodes[3].restart();
+    nodes[4].restart();
+    // A process started now: every node answers, and it has seen no restart.
+    let late = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(DELAY)
+        .connect()
+        .await
+        .expect("connect the late client");
+    let attempt = late
+        .lock("late")
+        .ttl(TTL)
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(held.is_held(), "the first owner's lease is still valid");
+    let err = attempt.expect_err("a second owner while the first still holds the lock");
+    assert!(
+        matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }),
+        "{err}"
+    );
+    // The guard delays, it does not refuse for ever. Only nodes 0 and 1 still have the
+    // holder's lock (the restarted ones forgot it), so its release reports `NotOwner`.
+    let release = held.release().await;
+    assert!(
+        matches!(release, Err(Error::NotOwner { .. })),
+        "{release:?}"
+    );
+    assert!(released_everywhere(&nodes, "late").await);
+    let g = late
+        .lock("late")
+        .ttl(TTL)
+        .wait(DELAY + Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the restarted nodes vote once they have been up for the delay");
+    // Nodes 0 and 1 alone are no majority: one restarted node had to be up for the delay.
+    let after = restarted.elapsed();
+    assert!(after >= DELAY, "locked {after:?} after the restarts");
+    g.release().await.expect("release");
+}
+
 /// A node that is down when the client starts joins once it answers (after the restart
 /// delay, since it was never seen); a majority down at start-up is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
