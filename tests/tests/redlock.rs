@@ -36,7 +36,9 @@ async fn uptime(mut conn: MultiplexedConnection) -> u64 {
         .expect("uptime_in_seconds in INFO server")
 }
 
-/// Waits until every running node reports an uptime of at least `secs` seconds.
+/// Waits until every running node reports an uptime of at least `secs` seconds. Redis counts
+/// whole seconds of its clock (now and start time each truncated), so a node that reports
+/// `secs` has surely been up for more than `secs - 1`.
 async fn wait_for_uptime(nodes: &RedisServers, secs: u64) {
     for node in nodes.iter().filter(|n| n.is_running()) {
         let conn = node.async_connection().await;
@@ -294,11 +296,12 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
         // node be up for the delay before the second client starts, so that client trusts
         // all five at once and only the restart it sees can keep node 2 out.
         let delay = if guarded {
+            // Reporting 4 s of uptime: surely up for more than the 3 s.
+            wait_for_uptime(&nodes, 4).await;
             Duration::from_secs(3)
         } else {
             Duration::ZERO
         };
-        wait_for_uptime(&nodes, delay.as_secs()).await;
         let second = Client::quorum_builder(nodes.urls())
             .node_timeout(NODE_TIMEOUT)
             .restart_delay(delay)
@@ -417,7 +420,7 @@ async fn a_client_started_after_a_node_restarted_empty_cannot_take_a_held_lock()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_client_trusts_nodes_up_longer_than_the_restart_delay_at_once() {
     let nodes = RedisServers::start(5);
-    // Rounded down by the server: 2 means up for at least 2 s, past the 1 s delay.
+    // Reporting 2 s of uptime: surely up for more than the 1 s delay.
     wait_for_uptime(&nodes, 2).await;
     let locks = Client::quorum_builder(nodes.urls())
         .node_timeout(NODE_TIMEOUT)

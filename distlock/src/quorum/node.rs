@@ -8,11 +8,13 @@
 //! first connected and again after every reconnection (from the disconnection until that
 //! answer the node is suspect and casts no vote):
 //!
-//! * **uptime**: a server up for `u` < delay casts no vote for `delay - u` more. This covers a
-//!   client that starts after a node restarted (a deploy, autoscaling) and so never saw the
-//!   server that forgot the locks, and a node that was down when the client started. Uptime
-//!   counts whole seconds, rounded down, so the wait is never shorter than needed (at most 1 s
-//!   longer); a server whose `INFO` has no uptime counts as just started;
+//! * **uptime**: a server that may have been up for less than the delay casts no vote until
+//!   it surely has. This covers a client that starts after a node restarted (a deploy,
+//!   autoscaling) and so never saw the server that forgot the locks, and a node that was down
+//!   when the client started. Redis computes `uptime_in_seconds` from whole seconds of its
+//!   clock (now and start time, each truncated), so a reported `u` means more than `u - 1`
+//!   seconds: the node waits `delay - (u - 1 s)` more, never less than needed and at most 2 s
+//!   more. A server whose `INFO` has no uptime counts as just started;
 //! * **`run_id`**: if it changed across a disconnection, the server restarted while this client
 //!   watched, and the node casts no vote for the full delay.
 //!
@@ -62,13 +64,14 @@ struct Health {
 impl Health {
     /// Judges the server by what `INFO server` just said: a `run_id` other than the one
     /// known means a restart seen while watching (the full delay); otherwise the server's
-    /// own uptime decides (the rest of the delay). Never shortens a distrust in force.
+    /// own uptime decides (the rest of the delay, counting the uptime it surely has). Never
+    /// shortens a distrust in force.
     fn judge(&self, info: ServerInfo, delay: Duration) {
         let now = Instant::now();
         let mut known = lock(&self.run_id);
         let wait = match known.as_deref() {
             Some(id) if id != info.run_id => delay,
-            _ => delay.saturating_sub(info.uptime),
+            _ => delay.saturating_sub(info.surely_up()),
         };
         if !wait.is_zero() {
             let until = now + wait;
@@ -228,8 +231,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What `INFO server` says about the server process.
 struct ServerInfo {
     run_id: String,
-    /// Whole seconds, rounded down by the server: the true uptime is at least this.
+    /// `uptime_in_seconds`: the server's clock now minus its start time, both in whole
+    /// seconds, so the true uptime may be up to 1 s less (or more).
     uptime: Duration,
+}
+
+impl ServerInfo {
+    /// The uptime the server has for certain: one second less than it reports.
+    fn surely_up(&self) -> Duration {
+        self.uptime.saturating_sub(Duration::from_secs(1))
+    }
 }
 
 async fn server_info(conn: &mut ConnectionManager) -> redis::RedisResult<ServerInfo> {
@@ -303,19 +314,24 @@ mod tests {
     fn a_young_server_waits_out_the_rest_of_the_delay() {
         let delay = Duration::from_secs(30);
         let health = Health::default();
+        // Reported 10 s: surely up for more than 9 s, so 21 s to go.
         health.judge(info("a", 10), delay);
         let left = distrusted_for(&health);
         assert!(
-            left <= Duration::from_secs(20) && left > Duration::from_secs(19),
+            left <= Duration::from_secs(21) && left > Duration::from_secs(20),
             "{left:?}"
         );
+        // Reported 30 s may be 29 s and a bit: still 1 s to go.
+        let almost = Health::default();
+        almost.judge(info("a", 30), delay);
+        assert!(distrusted_for(&almost) > Duration::ZERO);
 
         let old = Health::default();
-        old.judge(info("a", 30), delay);
+        old.judge(info("a", 31), delay);
         assert_eq!(
             *lock(&old.distrust_until),
             None,
-            "up for the delay: trusted at once"
+            "surely up for the delay: trusted at once"
         );
     }
 
