@@ -26,7 +26,8 @@ pub const DEFAULT_PREFIX: &str = "distlock";
 /// Default longest lock name in bytes. Lock names are identifiers; a name this long is
 /// almost certainly a value pasted in by mistake (and every acquire would send it).
 pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
-/// Default time a restarted quorum node is kept out of quorums: the default ttl.
+/// Default time a quorum node's server must have been up before its vote counts: the default
+/// ttl.
 pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
@@ -148,7 +149,9 @@ impl Client {
 
     /// Connects to N >= 3 independent Redis masters and locks by majority (Redlock): every
     /// lock is taken on all of them in parallel and held only while a majority (N/2 + 1)
-    /// granted it in time. Errors on a minority of nodes are tolerated.
+    /// granted it in time. Errors on a minority of nodes are tolerated. A node counts only once
+    /// its server has been up for the restart delay (30 s by default; see
+    /// [`ClientBuilder::restart_delay`]).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock::Error> {
@@ -286,11 +289,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Quorum only: how long a node whose server restarted (new `run_id`) is kept out of
-    /// every quorum (default 30 s, the default ttl). Set it to your longest ttl: a server that
-    /// restarted without its data forgot its locks, and until they have expired everywhere
-    /// else its vote could hand a held lock to a second owner. `Duration::ZERO` turns the
-    /// guard off.
+    /// Quorum only: how long a node's server must have been up before its vote counts
+    /// (default 30 s, the default ttl). Set it to your longest ttl: a server that restarted
+    /// without its data forgot its locks, and until they have expired everywhere else its
+    /// vote could hand a held lock to a second owner.
+    ///
+    /// The client reads each server's uptime (`INFO server`) when it connects and after every
+    /// reconnection: a server up for less than the delay casts no vote until it has been up
+    /// that long, also for a client started after the restart. A restart seen while connected
+    /// (new `run_id`) costs the full delay. So on a freshly started deployment a quorum client
+    /// cannot lock until its nodes have been up for the delay (acquisitions fail with
+    /// [`Error::QuorumNotReached`], or wait if given a wait). `Duration::ZERO` turns the guard
+    /// off.
     pub fn restart_delay(mut self, delay: Duration) -> Self {
         self.restart_delay = delay;
         self

@@ -743,7 +743,10 @@ async fn child_default_client() {
         .lock();
     assert!(matches!(refused, Error::InvalidConfig { .. }), "{refused}");
     // A quorum default beside the single-node one: Redlock fns use it, the others do not.
-    let quorum = Client::quorum(quorum_urls.split(','))
+    // No restart guard: the parent just started these servers and restarts none of them.
+    let quorum = Client::quorum_builder(quorum_urls.split(','))
+        .restart_delay(Duration::ZERO)
+        .connect()
         .await
         .expect("quorum");
     distlock::set_default(quorum).expect("first quorum default");
@@ -788,13 +791,24 @@ async fn redlock_mode_on_a_single_node_client_is_a_config_error() {
 #[tokio::test]
 async fn redlock_mode_runs_on_a_quorum_client() {
     let nodes = RedisServers::start(3);
-    let locks = Client::quorum(nodes.urls()).await.expect("quorum client");
+    // No restart guard: the servers were just started and none restarts.
+    let locks = Client::quorum_builder(nodes.urls())
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("quorum client");
     let ran = AtomicBool::new(false);
     assert_eq!(payout(&locks, 2, &ran).await.expect("quorum lock"), 2);
     assert!(ran.load(Ordering::SeqCst));
+    // The release returns once a majority released it; the last node's release may still be
+    // on its way.
     for node in &nodes {
         let conn = node.async_connection().await;
-        assert!(!exists(&conn, "payout:2").await, "released on every node");
+        let released = wait_until_async(Duration::from_secs(2), || async {
+            !exists(&conn, "payout:2").await
+        })
+        .await;
+        assert!(released, "released on every node");
     }
 }
 

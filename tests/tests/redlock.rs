@@ -7,16 +7,48 @@ use std::time::{Duration, Instant};
 use common::{as_other_owner, contend_across_processes, lock_key};
 use distlock::{Client, Error};
 use distlock_testkit::RedisServers;
+use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// A quorum client without the restart guard, for the tests that restart no server: the
+/// guard would keep the servers they just started out of every quorum for its delay.
 async fn quorum(nodes: &RedisServers) -> Client {
     Client::quorum_builder(nodes.urls())
         .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::ZERO)
         .connect()
         .await
         .expect("connect to the quorum")
+}
+
+/// The server's own `uptime_in_seconds` (whole seconds, rounded down).
+async fn uptime(mut conn: MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO server");
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|s| s.trim().parse().ok())
+        .expect("uptime_in_seconds in INFO server")
+}
+
+/// Waits until every running node reports an uptime of at least `secs` seconds. Redis counts
+/// whole seconds of its clock (now and start time each truncated), so a node that reports
+/// `secs` has surely been up for more than `secs - 1`.
+async fn wait_for_uptime(nodes: &RedisServers, secs: u64) {
+    for node in nodes.iter().filter(|n| n.is_running()) {
+        let conn = node.async_connection().await;
+        let up = distlock_testkit::wait_until_async(Duration::from_secs(secs + 10), || {
+            let conn = conn.clone();
+            async move { uptime(conn).await >= secs }
+        })
+        .await;
+        assert!(up, "{} did not report {secs} s of uptime", node.addr());
+    }
 }
 
 /// Keys of the lock `name` left on each live node.
@@ -262,8 +294,13 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
             .expect("majority 0, 1, 2");
         nodes[3].restart();
         nodes[4].restart();
+        // Far below the 30 s ttl, which a real deployment must not do: here it lets every
+        // node be up for the delay before the second client starts, so that client trusts
+        // all five at once and only the restart it sees can keep node 2 out.
         let delay = if guarded {
-            Duration::from_secs(30)
+            // Reporting 4 s of uptime: surely up for more than the 3 s.
+            wait_for_uptime(&nodes, 4).await;
+            Duration::from_secs(3)
         } else {
             Duration::ZERO
         };
@@ -273,12 +310,21 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
             .connect()
             .await
             .expect("connect");
+        second
+            .lock("probe")
+            .try_acquire()
+            .await
+            .expect("every node votes from the start")
+            .release()
+            .await
+            .expect("release");
         // Node 2 restarts without its data while the second client is connected.
         nodes[2].kill();
         nodes[2].restart();
+        // Well inside the delay (3 s from node 2's return), where the guard must hold.
         let attempt = second
             .lock("hazard")
-            .wait(Duration::from_secs(3))
+            .wait(Duration::from_secs(1))
             .acquire()
             .await;
         assert!(held.is_held(), "the first owner's lease is still valid");
@@ -296,8 +342,122 @@ async fn a_node_restarted_empty_cannot_hand_a_held_lock_to_a_second_owner() {
     }
 }
 
-/// A node that is down when the client starts joins once it answers (after the restart
-/// delay, since it was never seen); a majority down at start-up is a clear error.
+/// Issue 10, item 3: the restart guard also covers a client that starts after a node
+/// restarted empty (a deploy, autoscaling). That client never saw the node's old `run_id`, so
+/// only the server's uptime tells it the node may have forgotten locks: a node up for less
+/// than the restart delay casts no vote until it has been up that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_started_after_a_node_restarted_empty_cannot_take_a_held_lock() {
+    const TTL: Duration = Duration::from_secs(5);
+    // At least the longest ttl, as the docs ask: a lock a restarted node forgot has expired
+    // on every other node by then.
+    const DELAY: Duration = Duration::from_secs(6);
+    let mut nodes = RedisServers::start(5);
+    // The first holder is not the subject: it stands for a process that took the lock before
+    // anything restarted, so it locks at once on these fresh servers.
+    let holder = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect the holder");
+    // The holder reaches nodes 0, 1, 2 only: 3 and 4 are down at that moment.
+    nodes[3].kill();
+    nodes[4].kill();
+    let held = holder
+        .lock("late")
+        .ttl(TTL)
+        .watchdog(false)
+        .try_acquire()
+        .await
+        .expect("majority 0, 1, 2");
+    // Node 2 restarts without its data; 3 and 4 come back empty.
+    let restarted = Instant::now();
+    nodes[2].kill();
+    nodes[2].restart();
+    nodes[3].restart();
+    nodes[4].restart();
+    // A process started now: every node answers, and it has seen no restart.
+    let late = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(DELAY)
+        .connect()
+        .await
+        .expect("connect the late client");
+    let attempt = late
+        .lock("late")
+        .ttl(TTL)
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(held.is_held(), "the first owner's lease is still valid");
+    let err = attempt.expect_err("a second owner while the first still holds the lock");
+    assert!(
+        matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }),
+        "{err}"
+    );
+    // The guard delays, it does not refuse for ever. Only nodes 0 and 1 still have the
+    // holder's lock (the restarted ones forgot it), so its release reports `NotOwner` (or,
+    // with nodes too slow for the 100 ms node timeout on a loaded machine, no quorum). The
+    // rest does not depend on it: the lock's ttl ends within the delay anyway.
+    let release = held.release().await;
+    assert!(
+        matches!(
+            release,
+            Err(Error::NotOwner { .. } | Error::QuorumNotReached { .. })
+        ),
+        "{release:?}"
+    );
+    let g = late
+        .lock("late")
+        .ttl(TTL)
+        .wait(DELAY + Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the restarted nodes vote once they have been up for the delay");
+    // Nodes 0 and 1 alone are no majority: one restarted node had to be up for the delay.
+    let after = restarted.elapsed();
+    assert!(after >= DELAY, "locked {after:?} after the restarts");
+    g.release().await.expect("release");
+}
+
+/// The other side of the uptime rule: servers up for longer than the restart delay are trusted
+/// from a new client's first request, so the guard costs a deployment that runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_client_trusts_nodes_up_longer_than_the_restart_delay_at_once() {
+    let nodes = RedisServers::start(5);
+    // Reporting 2 s of uptime: surely up for more than the 1 s delay.
+    wait_for_uptime(&nodes, 2).await;
+    let locks = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    let g = locks
+        .lock("old")
+        .try_acquire()
+        .await
+        .expect("every node votes at once");
+    assert!(leftovers(&nodes, "old").await >= 3);
+    g.release().await.expect("release");
+    // Control: the same servers are too young for a 60 s delay, and nothing is taken.
+    let young = Client::quorum_builder(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .restart_delay(Duration::from_secs(60))
+        .connect()
+        .await
+        .expect("connect");
+    let err = young.lock("old").try_acquire().await.unwrap_err();
+    assert!(
+        matches!(err, Error::QuorumNotReached { acked: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(leftovers(&nodes, "old").await, 0);
+}
+
+/// A node that is down when the client starts joins once it answers (once its server has been
+/// up for the restart delay, like every node); a majority down at start-up is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_down_at_start_up_join_later_and_a_majority_down_is_refused() {
     let mut nodes = RedisServers::start(5);
@@ -308,9 +468,11 @@ async fn nodes_down_at_start_up_join_later_and_a_majority_down_is_refused() {
         .connect()
         .await
         .expect("4 of 5 answer");
+    // The servers were just started: they vote once up for the 300 ms delay.
     locks
         .lock("late")
-        .try_acquire()
+        .wait(Duration::from_secs(5))
+        .acquire()
         .await
         .expect("majority")
         .release()

@@ -64,7 +64,10 @@ impl Kind {
     pub fn note(self) -> &'static str {
         match self {
             Kind::Distlock => {
-                "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or `Client::quorum(urls)` in S4), `client.lock(key).ttl(10 s).wait(w).acquire()`, \
+                "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or in S4 \
+                 `Client::quorum_builder(urls).restart_delay(ZERO)`: the restart guard would keep the bench's \
+                 just-started nodes out for 30 s, and costs a request nothing once they are in), \
+                 `client.lock(key).ttl(10 s).wait(w).acquire()`, \
                  `guard.release()`; everything else at its defaults, as users get it (the watchdog stays on; \
                  a waiter waits the way distlock waits)."
             }
@@ -110,7 +113,12 @@ impl Kind {
         Ok(match self {
             Kind::Distlock => {
                 let client = if quorum {
-                    distlock::Client::quorum(urls).await
+                    // The nodes were just started; the restart guard would refuse them for its
+                    // 30 s delay (see the note above).
+                    distlock::Client::quorum_builder(urls)
+                        .restart_delay(Duration::ZERO)
+                        .connect()
+                        .await
                 } else {
                     distlock::Client::connect(&urls[0]).await
                 };
