@@ -7,7 +7,7 @@
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
 //! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock, wake-up channel | owner, nonce     | `1` released / `0` not held                |
+//! | release | lock, wake-up channel | owner, nonce, wake-up id | `1` released / `0` not held        |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
 //! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
@@ -27,8 +27,8 @@ use crate::error::{Error, Op};
 use crate::key::LockKey;
 
 /// Which acquisition a call is about: the owner (the setnx token, or client id : context for
-/// the modes that re-enter) and the acquisition's nonce (for setnx, the id its release
-/// publishes, so a quorum client counts a release heard from several nodes once).
+/// the modes that re-enter) and the acquisition's nonce (empty for setnx, whose token is
+/// already unique per acquisition).
 #[derive(Debug, Clone)]
 pub(crate) struct HoldId {
     pub(crate) owner: Arc<str>,
@@ -126,14 +126,18 @@ impl Algorithm {
         self.send_acquire(conn, key, &cmd).await
     }
 
-    /// The release as a command: gives the acquisition back if it is still held.
-    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId) -> Cmd {
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + 8;
-        let mut cmd = evalsha(&self.release, 2, 4, bytes);
+    /// The release as a command: gives the acquisition back if it is still held. `wake` is
+    /// what a setnx release publishes: empty, or on a quorum an id unique to this release
+    /// call, which waiters hearing it from several nodes count once (one acquisition may be
+    /// given back more than once: a failed quorum attempt, then the final release).
+    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId, wake: &str) -> Cmd {
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 8;
+        let mut cmd = evalsha(&self.release, 2, 5, bytes);
         cmd.arg(key.lock())
             .arg(key.channel_arg())
             .arg(&*id.owner)
-            .arg(&*id.nonce);
+            .arg(&*id.nonce)
+            .arg(wake);
         cmd
     }
 
@@ -159,7 +163,7 @@ impl Algorithm {
         key: &LockKey,
         id: &HoldId,
     ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, id);
+        let cmd = self.release_cmd(key, id, "");
         self.send_release(conn, key, &cmd).await
     }
 

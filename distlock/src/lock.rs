@@ -128,11 +128,7 @@ impl<'c> LockRequest<'c> {
                 }
                 HoldId {
                     owner: token::owner_token(),
-                    nonce: if client.is_quorum() {
-                        inner.nonce()
-                    } else {
-                        token::no_nonce()
-                    },
+                    nonce: token::no_nonce(),
                 }
             }
             OwnerKind::Context => HoldId {

@@ -25,6 +25,15 @@ pub(crate) fn no_nonce() -> Arc<str> {
     EMPTY.clone()
 }
 
+/// An id unique to one release call, in this process and across processes: what a quorum's
+/// setnx release publishes (see `notify`).
+pub(crate) fn wake_id() -> String {
+    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| rand::rng().random());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}.{n:x}", *PROCESS)
+}
+
 /// 64 random bits as 16 hex digits, naming one client (one process's connection set).
 pub(crate) fn client_id() -> String {
     format!("{:016x}", rand::rng().random::<u64>())

@@ -13,8 +13,9 @@
 //!   caller hears of it, so no partial lock outlives the call;
 //! * errors on a minority of nodes are tolerated; a majority unreachable is
 //!   [`Error::QuorumNotReached`] naming each node's failure;
-//! * a node whose server restarted (new `run_id`) casts no vote for the restart delay
-//!   (see [`node`]).
+//! * a node whose server may have restarted within the restart delay (its own uptime is
+//!   shorter, or its `run_id` changed while this client watched) casts no vote until the
+//!   delay has passed (see [`node`]).
 //!
 //! Fencing tokens: each node keeps its own counter; the acquisition's token is the maximum
 //! over the granting majority, and the majority's counters are then raised to it. Any later
@@ -35,6 +36,7 @@ use redis::aio::ConnectionManager;
 use crate::algorithm::{Algorithm, Attempt, HoldId};
 use crate::error::{Error, NodeError};
 use crate::key::LockKey;
+use crate::token;
 pub(crate) use node::{Node, NodeSettings};
 
 static RAISE_FENCE: LazyLock<redis::Script> =
@@ -239,7 +241,7 @@ impl Nodes {
         if let Some(mut conn) = self.single() {
             return algorithm.try_release(&mut conn, key, id).await;
         }
-        let cmd = Arc::new(algorithm.release_cmd(key, id));
+        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id()));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
             async move {
@@ -253,7 +255,7 @@ impl Nodes {
     /// Gives the hold back on every node and waits for all of them (or their timeouts): a
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
-        let cmd = &algorithm.release_cmd(key, id);
+        let cmd = &algorithm.release_cmd(key, id, &token::wake_id());
         self.fan_out(true, |mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })
@@ -343,7 +345,8 @@ pub(crate) fn majority_lease(leases: &mut [Duration], quorum: usize) -> Duration
 }
 
 /// One node's answer to one request: bounded by the per-node timeout; a node not counted now
-/// (restarted recently) gets no request (`call` is `None`) and answers with why.
+/// (its server is younger than the restart delay) gets no request (`call` is `None`) and
+/// answers with why.
 async fn ask<T>(
     node: &Node,
     node_timeout: Duration,
@@ -356,7 +359,7 @@ async fn ask<T>(
     };
     let Some(call) = call else {
         return Err(fail(
-            "restarted recently; not counted until the restart delay passed".into(),
+            "up for less than the restart delay (it may have lost its locks in a restart); not counted until the delay has passed".into(),
             true,
         ));
     };
