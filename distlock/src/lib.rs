@@ -50,7 +50,15 @@
 //! keeps its data and its clock runs at about the rate of ours (1 % + 2 ms is allowed for).
 //! A lease can end while the holder is stalled (a GC pause, a frozen VM): no lease-based lock
 //! can prevent that. Pass [`Guard::fencing_token`] to the protected resource and let it
-//! refuse smaller tokens; that closes the gap.
+//! refuse smaller tokens; that closes the gap. Tokens keep increasing across a server restart
+//! without persistence (a new counter starts at the server's clock in microseconds).
+//!
+//! Under faults the promise rests on one rule: every call names the **acquisition** it
+//! belongs to, and the scripts check it. A call whose reply was lost is simply sent again and
+//! is not counted twice; a guard left from an earlier tenure cannot release or prolong the
+//! owner's new hold; a dropped `acquire()` or `release()` future is finished in the
+//! background, so a cancelled call never leaves the lock taken until its ttl. A renewal never
+//! shortens a lease, and a guard never trusts a longer lease than the server reported.
 //!
 //! # Keys
 //!

@@ -175,7 +175,7 @@ async fn check(observer_url: &str, mode: Mode, prefix: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_mode_stays_safe_and_fast_when_two_percent_of_replies_are_lost() {
+async fn lost_reply_tier_keeps_every_mode_safe_and_fast_with_two_percent_of_replies_lost() {
     let server = RedisServer::start();
     let observer_server = RedisServer::start();
     let proxy = FaultProxy::start_for(&server);
