@@ -519,6 +519,19 @@ async fn unlimited_wait_and_hold_are_accepted_without_panicking() {
         .expect("a cap too large to matter is no cap");
     assert!(capped.is_held());
     capped.release().await.expect("release");
+    // Client settings without limit: accepted, or refused with an error, never a panic.
+    let nodes = RedisServers::start(3);
+    let unlimited = Client::quorum_builder(nodes.urls())
+        .restart_delay(Duration::MAX)
+        .node_timeout(Duration::MAX)
+        .connect_timeout(Duration::MAX)
+        .response_timeout(Duration::MAX)
+        .connect()
+        .await
+        .expect("connect");
+    // Fresh servers, an endless restart delay: no node votes, and the lock says so.
+    let err = unlimited.lock("forever").try_acquire().await.unwrap_err();
+    assert!(matches!(err, Error::QuorumNotReached { .. }), "{err}");
 }
 
 #[tokio::test]

@@ -74,7 +74,8 @@ impl Health {
             _ => delay.saturating_sub(info.surely_up()),
         };
         if !wait.is_zero() {
-            let until = now + wait;
+            // `restart_delay(Duration::MAX)` means "never trust a restarted node", not a panic.
+            let until = crate::lease::after(now, wait);
             let mut distrust = lock(&self.distrust_until);
             if distrust.is_none_or(|t| t < until) {
                 *distrust = Some(until);
