@@ -10,6 +10,10 @@ mod args;
 mod diag;
 mod duration;
 mod expand;
+// Entry points for the `cargo fuzz` targets in `fuzz/`, which include this file with
+// `#[path]`; compiled here only for its corpus tests.
+#[cfg(test)]
+mod fuzz;
 mod model;
 mod sig;
 mod template;

@@ -178,11 +178,13 @@ fn is_identifier(text: &str) -> bool {
     syn::parse_str::<syn::Ident>(text).is_ok_and(|ident| ident == text)
 }
 
-/// A named field (`id`) or a tuple index (`0`).
+/// A named field (`id`) or a tuple index (`0`): decimal, no leading zero, within `u32` as
+/// rustc requires (and as the expansion builds it: a longer run of digits is no identifier).
 fn is_field(text: &str) -> bool {
     let is_index = !text.is_empty()
         && text.bytes().all(|b| b.is_ascii_digit())
-        && (text == "0" || !text.starts_with('0'));
+        && (text == "0" || !text.starts_with('0'))
+        && text.parse::<u32>().is_ok();
     is_index || is_identifier(text)
 }
 
@@ -306,6 +308,26 @@ mod tests {
         assert!(only_error("<a..b>").message.contains("empty field name"));
         assert!(only_error("<a.b-c>").message.contains("`b-c`"));
         assert!(only_error("<a.01>").message.contains("`01`"));
+    }
+
+    #[test]
+    fn tuple_indices_fit_u32() {
+        // Found by `cargo fuzz run key_template`: a longer index reached the expansion, which
+        // panicked building it as an identifier.
+        assert_eq!(
+            parse("<a.4294967295>").unwrap(),
+            [ph("a", &["4294967295"], 0..14)]
+        );
+        let error = only_error("<a.4294967296>");
+        assert!(
+            error
+                .message
+                .contains("has `4294967296`, which is not a field name or tuple index"),
+            "{error:?}"
+        );
+        assert!(only_error("<a.99999999999999999999>")
+            .message
+            .contains("not a field name or tuple index"));
     }
 
     #[test]

@@ -624,6 +624,27 @@ mod tests {
     }
 
     #[test]
+    fn oversized_tuple_index_is_an_error_not_a_panic() {
+        let all = messages(
+            AttrKind::Distributed,
+            quote!(key = "<id.4294967296>"),
+            pay(),
+        );
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].contains("not a field name or tuple index"),
+            "{all:?}"
+        );
+        assert!(
+            model(quote!(key = "<id.4294967295>"), pay())
+                .key
+                .segments
+                .len()
+                == 1
+        );
+    }
+
+    #[test]
     fn members_from_fields() {
         let span = Span::call_site();
         assert!(matches!(

@@ -240,7 +240,11 @@ pub(crate) fn renewed_lease(ms: i64) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-fn parse_acquire(self_name: &'static str, key: &LockKey, reply: Value) -> Result<Attempt, Error> {
+pub(crate) fn parse_acquire(
+    self_name: &'static str,
+    key: &LockKey,
+    reply: Value,
+) -> Result<Attempt, Error> {
     let malformed = || Error::Redis {
         op: Op::Acquire,
         key: Some(key.name().to_owned()),
@@ -286,7 +290,7 @@ fn text(value: &Value) -> String {
 
 /// Maps a failed script call, turning Redis's WRONGTYPE (a helper key of the lock holds the
 /// application's own data) into [`Error::WrongType`].
-fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
+pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
     if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
         return Error::WrongType {
             key: key.name().to_owned(),

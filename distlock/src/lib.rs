@@ -106,3 +106,10 @@ pub use distlock_macros::{distributed_lock, read_lock, write_lock};
 #[path = "private.rs"]
 pub mod __private;
 pub use __private::{lease, Lease};
+
+// Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
+// for the corpus tests that run under `cargo test`. Not an API: hidden, unstable, may go away.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+#[path = "fuzz.rs"]
+pub mod __fuzz;
