@@ -267,6 +267,24 @@ async fn release_retrying(
     }
 }
 
+/// Gives back an acquisition that must not stand (see [`LockRequest::acquire`]), retrying a
+/// transport failure while its lease `ttl` could last. True when the release was answered
+/// (the hold is gone either way); false leaves it to the caller's background release.
+///
+/// [`LockRequest::acquire`]: crate::LockRequest::acquire
+pub(crate) async fn release_now(
+    nodes: &Arc<Nodes>,
+    algorithm: &'static Algorithm,
+    key: &LockKey,
+    id: &HoldId,
+    ttl: Duration,
+) -> bool {
+    let until = Instant::now() + ttl;
+    release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES)
+        .await
+        .is_ok()
+}
+
 /// Release without blocking the caller: `Drop` cannot await, and blocking a runtime thread on
 /// I/O can deadlock a current-thread runtime. Transport failures are retried until `until`
 /// (the end of the lease; by default a default ttl from now). If no runtime is running, or

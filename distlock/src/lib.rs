@@ -70,6 +70,7 @@
 
 mod algorithm;
 mod client;
+mod conn;
 mod context;
 mod error;
 mod guard;
@@ -86,7 +87,7 @@ mod wait;
 mod watchdog;
 
 pub use client::{
-    default_client, default_quorum_client, set_default, Client, ClientBuilder,
+    default_client, default_quorum_client, set_default, Client, ClientBuilder, Replicas,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use context::LockContext;

@@ -4,7 +4,9 @@
 //! per period. Instead one task per client keeps the held leases in a table, sleeps until the
 //! earliest is due, and renews every lease that is at least half-way to its due time in one
 //! pipeline of owner-checked extend scripts: one round trip per node per tick, however many
-//! locks. A quorum lease is renewed when a majority of nodes renewed it.
+//! locks. A quorum lease is renewed when a majority of nodes renewed it. On a Redis Cluster a
+//! pipeline can only go to one master, so the batch is split by slot (see
+//! [`renew_on_cluster`]).
 //!
 //! A refused renewal (the lock is no longer ours) declares the lease lost at once. A failed
 //! one (timeout, connection down) is retried soon; if no renewal succeeds before the lease
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::algorithm::{renewed_lease, Algorithm, HoldId};
+use crate::conn::Conn;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::quorum::{majority_lease, Node, Nodes};
@@ -176,6 +179,9 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
     if !node.trusted() {
         return nothing();
     }
+    if let Conn::Cluster(_) = node.conn {
+        return renew_on_cluster(&node.conn, batch).await;
+    }
     let mut pipe = redis::Pipeline::with_capacity(batch.len());
     for d in batch {
         pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
@@ -220,6 +226,52 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
             .await;
     }
     answers
+}
+
+/// Renews a batch on a Redis Cluster: one pipeline per slot (a pipeline goes to one master,
+/// and the keys of one slot are on one master), all at once. A renewal the master refused
+/// with an error (the slot moved or is migrating, or a promoted replica lacks the script) is
+/// sent again alone, through the routing that follows redirections and sends the script's
+/// source where it is missing.
+async fn renew_on_cluster(conn: &Conn, batch: &[Due]) -> NodeReplies {
+    let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+    for (i, d) in batch.iter().enumerate() {
+        by_slot.entry(d.key.slot()).or_default().push(i);
+    }
+    let per_slot = by_slot.into_iter().map(|(slot, indices)| async move {
+        let mut conn = conn.clone();
+        let mut pipe = redis::Pipeline::with_capacity(indices.len());
+        for &i in &indices {
+            let d = &batch[i];
+            pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
+        }
+        let Ok(values) = conn.pipeline_to_slot(&pipe, slot).await else {
+            return indices.into_iter().map(|i| (i, None)).collect::<Vec<_>>();
+        };
+        let mut answers = Vec::with_capacity(indices.len());
+        for (i, value) in indices.into_iter().zip(values) {
+            let answer = match value {
+                redis::Value::Int(ms) => Some(renewed_lease(ms)),
+                redis::Value::ServerError(_) => {
+                    let d = &batch[i];
+                    let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
+                    d.algorithm.send_extend(&mut conn, &d.key, &cmd).await.ok()
+                }
+                _ => None,
+            };
+            answers.push((i, answer));
+        }
+        answers
+    });
+    let mut replies = vec![None; batch.len()];
+    for (i, answer) in futures_util::future::join_all(per_slot)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        replies[i] = answer;
+    }
+    replies
 }
 
 /// Applies one tick's answers: a lease is renewed when a majority renewed it, lost when a
