@@ -43,7 +43,7 @@ const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
 /// ```
 pub struct Keeper<T> {
     tx: Mutex<mpsc::Sender<Message<T>>>,
-    serial: Mutex<()>,
+    serial: tokio::sync::Mutex<()>,
 }
 
 impl<T: 'static> Keeper<T> {
@@ -92,7 +92,7 @@ impl<T: 'static> Keeper<T> {
         });
         Keeper {
             tx: Mutex::new(tx),
-            serial: Mutex::new(()),
+            serial: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -114,9 +114,10 @@ impl<T: 'static> Keeper<T> {
     }
 
     /// Serialises the tests that disturb the deployment (kill, pause, migrate): hold the
-    /// guard for the whole test. Survives a test that panicked while holding it.
-    pub fn serial(&self) -> MutexGuard<'_, ()> {
-        lock(&self.serial)
+    /// guard for the whole test (an async lock: each test has a runtime of its own, and the
+    /// guard lives across its awaits). A test that panics releases it.
+    pub async fn serial(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.serial.lock().await
     }
 }
 
