@@ -21,7 +21,18 @@ use crate::model::{AttrKind, Mode, OnBusy, OnLost, Spanned};
 
 /// Every argument, in the order the docs and error messages list them.
 const ARGUMENTS: &[&str] = &[
-    "key", "ttl", "wait", "mode", "watchdog", "on_busy", "on_lost", "max_hold", "client", "map_err",
+    "key",
+    "ttl",
+    "wait",
+    "mode",
+    "watchdog",
+    "on_busy",
+    "on_lost",
+    "max_hold",
+    "replicas",
+    "replicas_timeout",
+    "client",
+    "map_err",
 ];
 
 /// Names other lock libraries use, mapped to ours, for "did you mean".
@@ -39,6 +50,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("auto_renew", "watchdog"),
     ("on_lease_lost", "on_lost"),
     ("on_timeout", "on_busy"),
+    ("wait_replicas", "replicas"),
+    ("sync_replicas", "replicas"),
+    ("replica_timeout", "replicas_timeout"),
 ];
 
 /// The attribute's arguments, each parsed on its own, each keeping its span.
@@ -56,6 +70,8 @@ pub struct LockArgs {
     pub on_busy: Option<Spanned<OnBusy>>,
     pub on_lost: Option<Spanned<OnLost>>,
     pub max_hold: Option<Spanned<Duration>>,
+    pub replicas: Option<Spanned<u32>>,
+    pub replicas_timeout: Option<Spanned<Duration>>,
     pub client: Option<Expr>,
     pub map_err: Option<ExprPath>,
 }
@@ -155,6 +171,8 @@ impl LockArgs {
             "ttl" => self.ttl = Some(duration(&name, value)?),
             "wait" => self.wait = Some(duration(&name, value)?),
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
+            "replicas" => self.replicas = Some(count(&name, value)?),
+            "replicas_timeout" => self.replicas_timeout = Some(duration(&name, value)?),
             "mode" => self.mode = Some(choice(&name, value, &Mode::ALL)?),
             "on_busy" => self.on_busy = Some(choice(&name, value, &OnBusy::ALL)?),
             "on_lost" => self.on_lost = Some(choice(&name, value, &OnLost::ALL)?),
@@ -221,6 +239,35 @@ fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
         _ => Err(syn::Error::new_spanned(
             value,
             format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"`"),
+        )),
+    }
+}
+
+/// A whole number of at least 1, e.g. `replicas = 1`.
+fn count(name: &str, value: &Expr) -> syn::Result<Spanned<u32>> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => match int.base10_parse::<u32>() {
+            Ok(0) => Err(syn::Error::new(
+                int.span(),
+                format!("`{name}` must be at least 1: it is how many replicas must confirm each acquisition; leave it out to wait for none"),
+            )),
+            Ok(n) => Ok(Spanned::new(n, int.span())),
+            Err(_) => Err(syn::Error::new(
+                int.span(),
+                format!("`{name}` takes a small whole number, e.g. `{name} = 1`"),
+            )),
+        },
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Err(syn::Error::new(
+            lit.span(),
+            format!("`{name}` takes a number, not a string: write `{name} = {}`", lit.value()),
+        )),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes a whole number literal, e.g. `{name} = 1`"),
         )),
     }
 }

@@ -269,6 +269,14 @@ fn spec(model: &LockModel) -> TokenStream {
         Watchdog::Every(period) => Some(period),
     });
     let max_hold = optional_duration(model.max_hold.as_ref().map(|cap| cap.value));
+    let replicas = match model.replicas {
+        Some((count, timeout)) => {
+            let count = Literal::u32_suffixed(count);
+            let timeout = duration(timeout);
+            quote!(#private::Option::Some((#count, #timeout)))
+        }
+        None => quote!(#private::Option::None),
+    };
     let on_lost = match model.on_lost.value {
         OnLost::Cancel => quote!(Cancel),
         OnLost::Continue => quote!(Continue),
@@ -280,6 +288,7 @@ fn spec(model: &LockModel) -> TokenStream {
             wait: #wait,
             renew_every: #renew_every,
             max_hold: #max_hold,
+            replicas: #replicas,
             on_lost: #private::OnLost::#on_lost,
         }
     }

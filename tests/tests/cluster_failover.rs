@@ -9,11 +9,12 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use common::lock_key;
-use distlock::{Client, Error, LockRequest};
+use distlock::{distributed_lock, Client, Error, LockRequest};
 use distlock_testkit::{Keeper, RedisCluster};
 
 static CLUSTER: LazyLock<Keeper<RedisCluster>> = LazyLock::new(|| Keeper::new(RedisCluster::start));
@@ -87,6 +88,12 @@ fn resume(servers: Vec<usize>) {
     });
 }
 
+#[distributed_lock(key = "{ack}-attr", client = locks, wait = "0s", replicas = 1, replicas_timeout = "300ms")]
+async fn acked_call(locks: &Client, ran: &AtomicBool) -> Result<(), Error> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_replica_paused_acknowledged_acquisitions_fail_and_leave_no_key() {
     let _serial = CLUSTER.serial().await;
@@ -105,8 +112,15 @@ async fn with_every_replica_paused_acknowledged_acquisitions_fail_and_leave_no_k
             .expect("a healthy replica confirms");
         guard.release().await.expect("release");
     }
+    assert!(acked_call(&plain, &AtomicBool::new(false)).await.is_ok());
     // One hash tag: the four locks share a slot, so one master and its replicas.
     let paused = pause_replicas_of("{ack}-setnx");
+    // The attribute: the body never runs on an unconfirmed lock.
+    let ran = AtomicBool::new(false);
+    let err = acked_call(&plain, &ran).await.expect_err("unconfirmed");
+    assert!(matches!(err, Error::ReplicasNotConfirmed { .. }), "{err}");
+    assert!(!ran.load(Ordering::SeqCst), "the body did not run");
+    assert!(!exists_on(master_of("{ack}-attr"), key_of("{ack}-attr")));
     for mode in ["setnx", "reentrant", "read", "write"] {
         let name = format!("{{ack}}-{mode}");
         let master = master_of(&name);
