@@ -312,3 +312,71 @@ async fn fencing_tokens_keep_growing_when_the_counter_is_lost() {
     );
     after.release().await.expect("release");
 }
+
+/// A replica that lagged (paused, its link cut, while its master issued tokens) is promoted when the master
+/// is killed: its fencing counter is behind the tokens already handed out, and the fence
+/// floor (the server clock) still makes the next token larger than all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
+    let _serial = CLUSTER.serial().await;
+    let locks = Client::cluster(seeds()).await.expect("connect");
+    let name = "fo-lag";
+    let slot = slot_of(name);
+    for _ in 0..3 {
+        let guard = locks.lock(name).try_acquire().await.expect("free");
+        guard.release().await.expect("release");
+    }
+    let master = master_of(name);
+    let lagging = pause_replicas_of(name);
+    // Cut the paused replica's link, so what follows is not even in its socket buffer.
+    CLUSTER.with(move |c| {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .exec(&mut c.server(master).connection())
+            .expect("CLIENT KILL TYPE replica");
+    });
+    // Tokens the replica never receives.
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = locks.lock(name).try_acquire().await.expect("free");
+        last = guard.fencing_token();
+        guard.release().await.expect("release");
+    }
+    let fence_key = format!("{}:fence", key_of(name));
+    let (promoted, took) = CLUSTER.with(move |c| {
+        c.server_mut(master).kill();
+        for &r in &lagging {
+            c.server_mut(r).resume();
+        }
+        c.wait_failover(slot, master)
+    });
+    println!("lagging replica {promoted} promoted after {took:?}");
+    let behind: u64 = CLUSTER.with(move |c| {
+        redis::cmd("GET")
+            .arg(fence_key)
+            .query(&mut c.server(promoted).connection())
+            .expect("GET the counter")
+    });
+    assert!(
+        behind < last,
+        "the promoted replica lagged: counter {behind}, last token {last}"
+    );
+    let next = locks
+        .lock(name)
+        .wait(RESUME_LIMIT)
+        .acquire()
+        .await
+        .expect("operations resume after the promotion");
+    assert!(
+        next.fencing_token() > last,
+        "a token at or below one issued before the failover: {} after {last}",
+        next.fencing_token()
+    );
+    next.release().await.expect("release");
+    CLUSTER.with(move |c| {
+        c.server_mut(master).restart();
+        c.wait_settled();
+    });
+}
