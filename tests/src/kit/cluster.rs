@@ -12,12 +12,12 @@ use super::server::RedisServer;
 use super::wait::wait_until;
 
 /// Slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+pub(crate) const SLOTS: u16 = 16384;
 
 /// Default `cluster-node-timeout`: a master unreachable this long is failed over. Short, so
 /// failover tests take seconds; long enough that a loaded 2-core machine does not fail
 /// masters over by itself.
-pub const NODE_TIMEOUT_MS: u64 = 1500;
+pub(crate) const NODE_TIMEOUT_MS: u64 = 1500;
 
 /// How long forming the cluster, or settling after a fault, may take.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
@@ -35,7 +35,7 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// 3 masters, 1 replica each, `cluster-node-timeout` [`NODE_TIMEOUT_MS`].
+    /// 3 masters, 1 replica each, `cluster-node-timeout` 1500 ms.
     ///
     /// # Panics
     /// If the servers do not start or the cluster does not form within a minute.

@@ -7,12 +7,12 @@ use super::server::RedisServer;
 use super::wait::wait_until;
 
 /// The name the sentinels know the master by.
-pub const MASTER_NAME: &str = "distlock";
+pub(crate) const MASTER_NAME: &str = "distlock";
 
 /// `down-after-milliseconds`: the master is declared down after this long without an answer.
-pub const DOWN_AFTER_MS: u64 = 1000;
+pub(crate) const DOWN_AFTER_MS: u64 = 1000;
 /// `failover-timeout`.
-pub const FAILOVER_TIMEOUT_MS: u64 = 3000;
+pub(crate) const FAILOVER_TIMEOUT_MS: u64 = 3000;
 
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(20);
