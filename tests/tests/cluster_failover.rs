@@ -353,11 +353,23 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
         c.wait_failover(slot, master)
     });
     println!("lagging replica {promoted} promoted after {took:?}");
+    // The promoted replica's own counter (absent counts as 0), read on it directly; it may
+    // answer LOADING or TRYAGAIN for a moment after the promotion.
     let behind: u64 = CLUSTER.with(move |c| {
-        redis::cmd("GET")
-            .arg(fence_key)
-            .query(&mut c.server(promoted).connection())
-            .expect("GET the counter")
+        let started = Instant::now();
+        loop {
+            let read: redis::RedisResult<Option<u64>> = redis::cmd("GET")
+                .arg(&fence_key)
+                .query(&mut c.server(promoted).connection());
+            match read {
+                Ok(counter) => break counter.unwrap_or(0),
+                Err(e) if started.elapsed() < RESUME_LIMIT => {
+                    eprintln!("GET the counter on the promoted replica: {e}; again");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("GET the counter on the promoted replica: {e}"),
+            }
+        }
     });
     assert!(
         behind < last,
