@@ -17,11 +17,23 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 
 use crate::diag::{did_you_mean, list_code, Errors};
 use crate::duration;
-use crate::model::{AttrKind, Mode, OnBusy, OnLost, Spanned};
+use crate::model::{AttrKind, Mode, OnBusy, OnError, OnLost, Spanned};
 
 /// Every argument, in the order the docs and error messages list them.
 const ARGUMENTS: &[&str] = &[
-    "key", "ttl", "wait", "mode", "watchdog", "on_busy", "on_lost", "max_hold", "client", "map_err",
+    "key",
+    "ttl",
+    "wait",
+    "mode",
+    "watchdog",
+    "on_busy",
+    "on_lost",
+    "on_error",
+    "max_hold",
+    "min_hold",
+    "record_key",
+    "client",
+    "map_err",
 ];
 
 /// Names other lock libraries use, mapped to ours, for "did you mean".
@@ -39,6 +51,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("auto_renew", "watchdog"),
     ("on_lease_lost", "on_lost"),
     ("on_timeout", "on_busy"),
+    ("lock_at_least_for", "min_hold"),
+    ("at_least", "min_hold"),
+    ("min_duration", "min_hold"),
+    ("lock_at_most_for", "ttl"),
+    ("on_failure", "on_error"),
+    ("trace_key", "record_key"),
 ];
 
 /// The attribute's arguments, each parsed on its own, each keeping its span.
@@ -56,6 +74,9 @@ pub struct LockArgs {
     pub on_busy: Option<Spanned<OnBusy>>,
     pub on_lost: Option<Spanned<OnLost>>,
     pub max_hold: Option<Spanned<Duration>>,
+    pub min_hold: Option<Spanned<Duration>>,
+    pub on_error: Option<Spanned<OnError>>,
+    pub record_key: Option<Spanned<bool>>,
     pub client: Option<Expr>,
     pub map_err: Option<ExprPath>,
 }
@@ -155,6 +176,9 @@ impl LockArgs {
             "ttl" => self.ttl = Some(duration(&name, value)?),
             "wait" => self.wait = Some(duration(&name, value)?),
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
+            "min_hold" => self.min_hold = Some(duration(&name, value)?),
+            "on_error" => self.on_error = Some(choice(&name, value, &OnError::ALL)?),
+            "record_key" => self.record_key = Some(boolean(&name, value)?),
             "mode" => self.mode = Some(choice(&name, value, &Mode::ALL)?),
             "on_busy" => self.on_busy = Some(choice(&name, value, &OnBusy::ALL)?),
             "on_lost" => self.on_lost = Some(choice(&name, value, &OnLost::ALL)?),
@@ -300,6 +324,19 @@ fn watchdog(value: &Expr) -> syn::Result<Spanned<WatchdogArg>> {
         _ => Err(syn::Error::new_spanned(
             value,
             "`watchdog` takes `true`, `false` or a renewal period such as `watchdog = \"5s\"`",
+        )),
+    }
+}
+
+fn boolean(name: &str, value: &Expr) -> syn::Result<Spanned<bool>> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(flag),
+            ..
+        }) => Ok(Spanned::new(flag.value, flag.span)),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes `true` or `false`, e.g. `{name} = true`"),
         )),
     }
 }

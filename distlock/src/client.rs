@@ -188,14 +188,26 @@ impl Client {
     /// An exclusive, non-reentrant lock (`SET NX PX` with a random owner token).
     ///
     /// The name may be any UTF-8 text; it is checked when the lock is acquired.
+    #[track_caller]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(self, &setnx::SETNX, name.as_ref())
+        LockRequest::new(
+            self,
+            &setnx::SETNX,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
     }
 
     /// A reentrant exclusive lock: the same task (or [`LockContext`]) may take it again while
     /// holding it, and must release it as often as it took it; other tasks wait.
+    #[track_caller]
     pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(self, &reentrant::REENTRANT, name.as_ref())
+        LockRequest::new(
+            self,
+            &reentrant::REENTRANT,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
     }
 
     /// The shared side of a read/write lock: any number of tasks may hold it together, never
@@ -213,8 +225,14 @@ impl Client {
     /// doc.release().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn read(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(self, &crate::rwlock::READ, name.as_ref())
+        LockRequest::new(
+            self,
+            &crate::rwlock::READ,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
     }
 
     /// The exclusive side of a read/write lock: one task at a time, and no readers. Reentrant
@@ -232,8 +250,14 @@ impl Client {
     /// read.release().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn write(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(self, &crate::rwlock::WRITE, name.as_ref())
+        LockRequest::new(
+            self,
+            &crate::rwlock::WRITE,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
     }
 
     /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).

@@ -8,7 +8,7 @@
 --   writer-until        when its lease ends: server time, ms since the epoch
 --   writer-fence        the fencing token of the write tenure
 --   w:<nonce>           one field per live write acquisition (the writer's re-entry depth
---                       is their count)
+--                       is their count); the value says who took it, for inspection
 --   r:<nonce>           one field per live read acquisition; the value is its owner
 --   read-until:<owner>  when that reader's lease ends (server time, ms)
 --   intent:<owner>      a waiting writer's intent, which ends at this server time (ms)
