@@ -189,6 +189,7 @@ impl Guard {
         let nodes = self.client.inner().nodes.clone();
         let labels = self.lease.labels.clone();
         if let Some(left) = self.min_hold_left() {
+            let remaining = self.remaining();
             // Never released early, whatever happens next.
             self.released = true;
             let kept = keep(
@@ -197,7 +198,7 @@ impl Guard {
                 self.key.clone(),
                 self.id.clone(),
                 left,
-                self.remaining(),
+                remaining,
                 self.lease.valid_until(),
             )
             .await;

@@ -76,6 +76,13 @@ impl<'c> LockRequest<'c> {
     /// its own timer: the instance that runs first keeps the others out for the whole period,
     /// even if its run took two seconds and another's timer fires a moment later.
     ///
+    /// When the release comes with more than the remaining lease still to hold (the usual
+    /// case: a ttl of seconds, a `min_hold` of minutes), the lease is extended to end exactly
+    /// then, owner-checked, and the lock needs nothing more from this process. When the lease
+    /// already lasts longer, a background task releases the lock once `min_hold` has passed; if
+    /// the process exits before, the lock ends with its lease, later than `min_hold` but never
+    /// sooner. Pair it with a zero `wait`, so a late instance skips instead of queueing.
+    ///
     /// ```no_run
     /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
     /// use std::time::Duration;

@@ -136,7 +136,7 @@ where
 #[diagnostic::on_unimplemented(
     message = "a locked fn must return `Result<T, E>`, not `{Self}`",
     label = "not a `Result`: lock errors (busy, lease lost, no client) could not be returned",
-    note = "return `Result<T, E>` with `E: From<distlock::Error>`, e.g. `Result<{Self}, MyError>`"
+    note = "return `Result<T, E>` with `E: From<distlock::Error>`, e.g. `Result<{Self}, MyError>`; or, for a job whose lock errors need only be logged, add `on_error = \"log\"` (then any type with `Default` may be returned)"
 )]
 pub trait Outcome: Sized {
     /// The success type.

@@ -102,11 +102,16 @@ local function load(now)
         redis.call('hdel', KEYS[1], f)
         s.dirty = true
       end
-    elseif f == 'owner' then
-      return nil, {-3, 'reentrant'}
     else
-      return nil, {-1, 'hash that is not a read/write lock'}
+      -- Judged after the loop: a hash's fields come in no fixed order.
+      s.foreign = s.foreign or f
     end
+  end
+  if s.foreign then
+    if redis.call('hexists', KEYS[1], 'owner') == 1 then
+      return nil, {-3, 'reentrant'}
+    end
+    return nil, {-1, 'hash that is not a read/write lock'}
   end
   if s.writer and not (s.wuntil and s.wfence) then
     return nil, {-1, 'hash that is not a read/write lock'}
