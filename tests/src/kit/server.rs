@@ -653,7 +653,7 @@ fn tail(output: &str) -> String {
 
 /// `n` distinct free loopback ports. The listeners are held until all are
 /// picked so one batch never gets the same port twice.
-fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
     free_ports_except(n, 0)
 }
 
@@ -709,7 +709,7 @@ fn raw_ping(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
 
 /// Makes the child get SIGKILL when the spawning thread exits, so servers
 /// never outlive a test process that was itself SIGKILLed.
-fn die_with_spawning_thread(command: &mut Command) {
+pub(crate) fn die_with_spawning_thread(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and only calls the
     // async-signal-safe prctl, getppid and raise; it allocates nothing.
@@ -730,7 +730,7 @@ fn die_with_spawning_thread(command: &mut Command) {
 
 /// Only ever called with the pid of an unreaped child of ours, so the pid
 /// cannot have been recycled for somebody else's process.
-fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
     // SAFETY: kill(2) has no memory-safety preconditions.
     if unsafe { libc::kill(pid, signal) } == 0 {
