@@ -2,6 +2,7 @@
 //! examples' application code, kept here so that their tests can run it in-process.
 
 pub mod accounts;
+pub mod fenced;
 
 use distlock::Client;
 use distlock_testkit::{ensure_redis_available, RedisServer};
