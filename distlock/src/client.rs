@@ -290,6 +290,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     max_key_len: usize,
+    #[cfg(feature = "tls")]
+    tls_root_cert: Option<Vec<u8>>,
 }
 
 impl ClientBuilder {
@@ -302,6 +304,8 @@ impl ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             max_key_len: DEFAULT_MAX_KEY_LEN,
+            #[cfg(feature = "tls")]
+            tls_root_cert: None,
         }
     }
 
@@ -354,6 +358,26 @@ impl ClientBuilder {
         self
     }
 
+    /// `rediss://` only (feature `tls`): trust the server certificates signed by this root (one
+    /// or more PEM certificates, e.g. your private CA's) **instead of** the webpki roots that
+    /// are trusted by default. A root certificate given with a `redis://` URL is refused by
+    /// [`connect`](Self::connect) with [`Error::InvalidConfig`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let locks = distlock::Client::builder("rediss://redis.internal:6380")
+    ///     .tls_root_certificate(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks; Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
     /// Opens the connections. Fails within the connect timeout when no server answers (for a
     /// quorum: when a majority does not).
     pub async fn connect(self) -> Result<Client, Error> {
@@ -374,6 +398,8 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             restart_guard: (n > 1 && !self.restart_delay.is_zero()).then_some(self.restart_delay),
+            #[cfg(feature = "tls")]
+            tls_root_cert: self.tls_root_cert,
         };
         let channels = Arc::new(Channels::default());
         let connecting = self

@@ -12,6 +12,8 @@
 //!   latency with jitter, refused connections and resets on demand.
 //! * [`Observer`] — occupancy and lost-update probes for mutual-exclusion
 //!   tests, shared by several processes through a separate server.
+//! * [`PostgresServer`] — a private PostgreSQL (`initdb` into a temp dir, the
+//!   server on a free loopback port) for the fenced-write example.
 //!
 //! `redis-server` is found through `DISTLOCK_REDIS_SERVER` or `PATH`
 //! (see [`ensure_redis_available`]). Linux only: the kit relies on
@@ -32,6 +34,7 @@
 mod kit {
     pub(crate) mod binary;
     pub(crate) mod observer;
+    pub(crate) mod postgres;
     pub(crate) mod procfs;
     pub(crate) mod proxy;
     pub(crate) mod server;
@@ -44,6 +47,7 @@ pub use kit::binary::{
     REDIS_CLI_ENV, REDIS_SERVER_ENV,
 };
 pub use kit::observer::Observer;
+pub use kit::postgres::{ensure_postgres_available, PostgresServer, PG_BINDIR_ENV, PG_USER_ENV};
 pub use kit::proxy::FaultProxy;
 pub use kit::server::{RedisServer, RedisServerBuilder};
 pub use kit::servers::RedisServers;
@@ -304,6 +308,19 @@ mod tests {
             assert_eq!(other.violations().await, 0);
             assert_eq!(other.counter().await, 0);
         });
+    }
+
+    #[test]
+    fn private_postgres_starts_and_leaves_nothing_behind() {
+        let pg = PostgresServer::start();
+        let (pid, dir) = (pg.pid(), pg.socket_dir().to_owned());
+        assert!(pg.is_running());
+        assert!(dir.join(format!(".s.PGSQL.{}", pg.port())).exists());
+        std::net::TcpStream::connect(("127.0.0.1", pg.port())).expect("TCP connect");
+        assert!(pg.conninfo().contains(&format!("port={}", pg.port())));
+        drop(pg);
+        assert!(!process_exists(pid));
+        assert!(!dir.exists());
     }
 
     #[test]
