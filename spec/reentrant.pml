@@ -277,6 +277,12 @@ proctype OwnerB()
   ndone++
 }
 
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and nothing left on the server. */
+ltl settles { <> [] (ndone == 2 && bgown[0] + bgown[1] + bgown[2] + bgown[3] + bgown[4] == 0 && owner == 0) }
+#endif
+
 init {
   atomic {
     run OwnerA(); run OwnerB();
@@ -291,4 +297,9 @@ init {
       assert(owner == 0 || abandoned != 0)
 #endif
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever (see setnx.pml). */
+  do :: ndone == 2 od
+#endif
 }

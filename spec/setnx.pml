@@ -272,6 +272,13 @@ proctype Client(byte c)
 #define BG_IDLE (bgown[0] + bgown[1] + bgown[2] + bgown[3] == 0)
 #endif
 
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and no key left (one abandoned by a release
+   that gave up expires with its lease). */
+ltl settles { <> [] (ndone == NC && BG_IDLE && key == 0) }
+#endif
+
 init {
   atomic {
     run Client(0); run Client(1);
@@ -284,4 +291,10 @@ init {
   atomic {
     ndone == NC && BG_IDLE -> assert(key == 0 || (abandoned & (1 << key)) != 0)
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever, so the run the claim judges is infinite (spin's
+     fair-cycle search does not stutter-extend a run that stops). */
+  do :: ndone == NC od
+#endif
 }
