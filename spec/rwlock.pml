@@ -31,9 +31,9 @@
  *            within min(ttl, 2 s) by design, write_acquire.lua 62-70)
  *
  * Variants (-D):
- *   FIX_READ_RETRY  proposed fix for finding 2 (README): a read acquire that finds its own
+ *   FIX_READ_RETRY  proposed fix for finding 2 (spec/README.md): a read acquire that finds its own
  *                   acquisition (a retry) still makes the owner's read lease last the ttl
- *   FIX_GIVE_BACK   proposed fix for finding 1 (README)
+ *   FIX_GIVE_BACK   proposed fix for finding 1 (spec/README.md)
  */
 
 #ifndef MAXATT
@@ -352,7 +352,7 @@ inline MODE(g, n) {
 proctype OwnerA()
 {
   byte ttl, att, res, r, rem, ettl, n0 = 1, n1 = 3;
-  bool unsure, dropped, acq0, acq1, ext;
+  bool unsure, acq0, acq1, ext;
 
   do
   :: !acq0 -> atomic { MODE(0, n0); ttl = TL };
@@ -372,7 +372,7 @@ proctype OwnerA()
 proctype OwnerB()
 {
   byte ttl = TL, att, res, r, n = 5;
-  bool unsure, dropped;
+  bool unsure;
 
   atomic { MODE(2, n) };
   ACQUISITION(1, 2, OWN_B, n, ttl, false, WATT);
