@@ -1,4 +1,4 @@
-# Sourced by examples/demo.sh and tests/run.sh: makes sure cargo, redis-server and a
+# Sourced by examples/demo.sh, tests/run.sh, spec/run.sh and .ci/run: makes sure cargo, redis-server, spin and a
 # PostgreSQL server (for the fenced-write example's test) are there. Where a server is missing
 # it is installed (as root, with apt-get), or the script stops with one line saying how.
 
@@ -58,6 +58,20 @@ if ! distlock_have_postgres; then
   if ! distlock_can_apt || ! distlock_apt_install "PostgreSQL server" postgresql ||
     ! distlock_have_postgres; then
     echo "PostgreSQL server not found (initdb, postgres; for the fenced-write example's test): install it (Debian/Ubuntu: sudo apt-get install postgresql, macOS: brew install postgresql) or set DISTLOCK_PG_BINDIR=/path/to/postgresql/bin" >&2
+    exit 1
+  fi
+fi
+
+# spin and a C compiler check the protocol models (spec/run.sh).
+if ! command -v spin >/dev/null 2>&1; then
+  if ! distlock_can_apt || ! distlock_apt_install spin spin; then
+    echo "spin not found: install it (Debian/Ubuntu: sudo apt-get install spin, macOS: brew install spin) and a C compiler" >&2
+    exit 1
+  fi
+fi
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  if ! distlock_can_apt || ! distlock_apt_install gcc gcc; then
+    echo "no C compiler found (spin's verifiers are C): install gcc" >&2
     exit 1
   fi
 fi

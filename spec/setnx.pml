@@ -17,7 +17,7 @@
  *   fence   each token handed to a guard is above every token handed before
  *   final   once every call returned and every background release finished, no key is
  *           left (except one whose release gave up when its lease had run out on the
- *           client's clock, guard.rs 425-446: it expires by itself)
+ *           client's clock, guard.rs 247-268: it expires by itself)
  *
  * Variants (-D):
  *   RESTART        the server may restart once without persistence (lock and counter
@@ -25,7 +25,7 @@
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                   -> mutex fails
  *   OLD_FENCE      a new counter starts at 1 (INCR alone)                -> fence fails
- *   FIX_GIVE_BACK  proposed fix for finding 1 (README): after giving back a grant that came
+ *   FIX_GIVE_BACK  proposed fix for finding 1 (spec/README.md): after giving back a grant that came
  *                  too late, the next attempts use a new token
  */
 
@@ -77,7 +77,7 @@ byte age[NC];                   /* 0: nothing in flight; else 1 + ticks since th
 byte rleft[NC];                 /* its release's lease left (client.pml) */
 byte bgown[NBG];                /* background release: owner (0 = slot free) */
 byte bgnonce[NBG];              /* ... its token */
-byte bgleft[NBG];               /* ... and time left before it gives up (guard.rs 439) */
+byte bgleft[NBG];               /* ... and time left before it gives up (guard.rs 261, 285) */
 
 /* ---- ghosts ---- */
 int  maxtok = 0;                /* largest fencing token issued so far */
@@ -231,7 +231,7 @@ inline SPAWN_RELEASE(me, tok, until) {
 proctype Client(byte c)
 {
   byte id, ttl, att, res, r, rem, ettl;
-  bool unsure, dropped;
+  bool unsure;
 
   atomic {
     id = 2 * c + 1;
@@ -272,6 +272,13 @@ proctype Client(byte c)
 #define BG_IDLE (bgown[0] + bgown[1] + bgown[2] + bgown[3] == 0)
 #endif
 
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and no key left (one abandoned by a release
+   that gave up expires with its lease). */
+ltl settles { <> [] (ndone == NC && BG_IDLE && key == 0) }
+#endif
+
 init {
   atomic {
     run Client(0); run Client(1);
@@ -284,4 +291,10 @@ init {
   atomic {
     ndone == NC && BG_IDLE -> assert(key == 0 || (abandoned & (1 << key)) != 0)
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever, so the run the claim judges is infinite (spin's
+     fair-cycle search does not stutter-extend a run that stops). */
+  do :: ndone == NC od
+#endif
 }
