@@ -227,25 +227,25 @@ impl<'c> LockRequest<'c> {
         // The current context, or the one around it that already holds this lock.
         let holder = inner.holder_in_scope(key.lock());
         let context = holder.unwrap_or_else(LockContext::current);
-        // One id for the whole acquisition: a retry after a lost reply finds its own hold in
-        // place and takes it instead of waiting on itself or counting it twice.
-        let id = match algorithm.owner {
-            OwnerKind::Token => {
-                if holder.is_some() {
-                    return Err(Error::Reentrant {
-                        key: key.name().to_owned(),
-                    });
-                }
-                HoldId {
-                    owner: token::owner_token_described(&holder_text),
-                    nonce: token::no_nonce(),
-                    holder: token::no_nonce(),
-                }
-            }
+        if algorithm.owner == OwnerKind::Token && holder.is_some() {
+            return Err(Error::Reentrant {
+                key: key.name().to_owned(),
+            });
+        }
+        let holder_text: Arc<str> = Arc::from(holder_text);
+        let context_owner: Arc<str> = Arc::from(format!("{}:{context}", inner.id));
+        // An id names one acquisition: a retry after a lost reply finds its own hold in place
+        // and takes it instead of waiting on itself or counting it twice.
+        let fresh_id = || match algorithm.owner {
+            OwnerKind::Token => HoldId {
+                owner: token::owner_token_described(&holder_text),
+                nonce: token::no_nonce(),
+                holder: token::no_nonce(),
+            },
             OwnerKind::Context => HoldId {
-                owner: Arc::from(format!("{}:{context}", inner.id)),
+                owner: context_owner.clone(),
                 nonce: inner.nonce(),
-                holder: Arc::from(holder_text),
+                holder: holder_text.clone(),
             },
         };
         let started = Instant::now();
@@ -267,7 +267,7 @@ impl<'c> LockRequest<'c> {
             client,
             algorithm,
             key: &key,
-            id: &id,
+            id: fresh_id(),
             ttl,
             armed: false,
         };
@@ -278,7 +278,14 @@ impl<'c> LockRequest<'c> {
             pending.armed = true;
             let (error, holder_ttl) = match inner
                 .nodes
-                .acquire(algorithm, &key, &id, ttl_ms, unsure, want_holder_ttl)
+                .acquire(
+                    algorithm,
+                    &key,
+                    &pending.id,
+                    ttl_ms,
+                    unsure,
+                    want_holder_ttl,
+                )
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
@@ -287,7 +294,7 @@ impl<'c> LockRequest<'c> {
                         pending.armed = false;
                         let guard = grant.guard(
                             key.clone(),
-                            id.clone(),
+                            pending.id.clone(),
                             context,
                             fence,
                             sent,
@@ -298,8 +305,13 @@ impl<'c> LockRequest<'c> {
                         return Ok((guard, attempts));
                     }
                     // The answer came so late that the lease is already spent: give it back
-                    // and carry on as if the lock were busy.
+                    // and carry on as if the lock were busy, as a new acquisition. With the
+                    // same id, the give-back (sent in the background) could arrive after the
+                    // next attempt took the lock and free that hold (spec/: found by the
+                    // model checker).
                     pending.give_back();
+                    pending.id = fresh_id();
+                    unsure = false;
                     (None, None)
                 }
                 // The scripts check for this acquisition's own hold, so busy means not ours.
@@ -341,7 +353,7 @@ struct Pending<'a> {
     client: &'a Client,
     algorithm: &'static Algorithm,
     key: &'a LockKey,
-    id: &'a HoldId,
+    id: HoldId,
     ttl: Duration,
     armed: bool,
 }
