@@ -81,10 +81,10 @@ inline ACQUISITION(c_, g_, me_, n_, ttl_, lossy_, maxatt_) {
               assert(MUTEX);                    /* property 1 */
               res = R_GOT
          :: r == 1 && age[c_] - 1 + DRIFT >= ttl_ ->        /* lock.rs 188-191: too late */
-              SPAWN_RELEASE(me_, n_, ttl_);     /* give_back, then on as if busy, */
-#ifdef FIX_GIVE_BACK                            /* with the same id (finding 1, README.md) */
-              n_ = n_ + 1;                      /* the fix: a new id for the next attempts */
-              UNSURE(false);
+              SPAWN_RELEASE(me_, n_, ttl_);     /* give_back, then on as if busy */
+#ifndef OLD_GIVE_BACK                           /* with a new id and unsure reset, so the */
+              n_ = n_ + 1;                      /* give-back cannot delete the next hold */
+              UNSURE(false);                    /* (finding 1, README.md) */
 #endif
               res = R_BUSY
          :: r == 0 -> res = R_BUSY              /* lock.rs 194-196 */

@@ -30,8 +30,8 @@
  *                  of the owner's new hold                           -> mutex fails
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                -> mutex fails
- *   FIX_GIVE_BACK  proposed fix for finding 1 (spec/README.md): after giving back a grant that came
- *                  too late, the next attempts use a new nonce
+ *   OLD_GIVE_BACK  finding 1 (spec/README.md), fixed in lock.rs: after giving back a grant
+ *                  that came too late, the next attempts keep the same nonce -> mutex fails
  */
 
 #ifndef MAXATT
@@ -241,7 +241,7 @@ inline RENEW(g, n) {
 #define A_LOSSY true
 #endif
 
-/* Owner A: two acquisitions (nonces 1 and 3; 2 and 4 after a give-back with FIX_GIVE_BACK),
+/* Owner A: two acquisitions (nonces 1 and 3; 2 and 4 after a give-back),
    each released once, one renewal, in any order one task can make them. */
 proctype OwnerA()
 {

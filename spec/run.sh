@@ -6,11 +6,11 @@
 #                             (memory up to 6 GB; the 3-client setnx run alone takes well over
 #                             10 minutes)
 #
-# Three kinds of run, each one line of output:
-#   verified   must finish the full search with 0 errors;
-#   finding    the code as it is today against a property it breaks: must produce the
-#              counterexample (see "Findings" in spec/README.md) until the Rust is fixed;
-#   control    a negative control (an older protocol behind a -D flag): must produce a
+# Two kinds of run (three with liveness), each one line of output:
+#   verified   must finish the full search with 0 errors (live: the same, for the liveness
+#              claim under weak fairness);
+#   control    a negative control (an older protocol behind a -D flag, among them the two
+#              bugs the models found, see "Findings" in spec/README.md): must produce a
 #              counterexample of the named property, or the model proves nothing.
 # Anything else (an error where none may be, none where one must be, the wrong property, a
 # search cut short by memory or depth) is a surprise: the script then exits non-zero.
@@ -47,8 +47,8 @@ prop_pattern() {
 }
 
 # run KIND NAME MODEL PROPERTY [-Dflags...] [-- pan args]
-# KIND: verified | finding | control | live (a verified liveness run: never claim, weak
-# fairness). PROPERTY: what a finding or control must break ('-' for verified runs).
+# KIND: verified | control | live (a verified liveness run: never claim, weak fairness).
+# PROPERTY: what a control must break ('-' for verified runs).
 run() {
   local kind=$1 name=$2 model=$3 prop=$4
   shift 4
@@ -84,7 +84,7 @@ run() {
   depth_cut=$(grep -c "max search depth too small" "$out")
   mem_cut=$(grep -c "reached -DMEMLIM\|out of memory" "$out")
   first=$(grep -m1 -E "^pan:1: |acceptance cycle \(at depth" "$out")
-  line=$(printf '%-9s %-22s %10s states %6ss' "$kind" "$name" "${states:-?}" "$secs")
+  line=$(printf '%-9s %-24s %10s states %6ss' "$kind" "$name" "${states:-?}" "$secs")
   case "$kind" in
     verified|live)
       if [ "${errors:-x}" = 0 ] && [ "$depth_cut" = 0 ] && [ "$mem_cut" = 0 ]; then
@@ -98,7 +98,7 @@ run() {
         return
       fi
       ;;
-    finding|control)
+    control)
       local pat
       pat=$(prop_pattern "$prop")
       if [ "${errors:-0}" -ge 1 ] && grep -m1 -E "^pan:1: |acceptance cycle" "$out" | grep -q -- "$pat"; then
@@ -113,46 +113,42 @@ run() {
   rm -rf "$d"
 }
 
-# The protocol with the two proposed fixes of the findings (spec/README.md): every property
-# holds. FIX_GIVE_BACK: lock.rs draws a new id after giving back a late grant;
-# FIX_READ_RETRY: read_acquire.lua renews the reader's lease when it finds its own read.
-FIX=(-DFIX_GIVE_BACK)
-RWFIX=(-DFIX_GIVE_BACK -DFIX_READ_RETRY)
-
+# The protocol as it is (the fixes of both findings included, spec/README.md): every
+# property holds.
 if [ "$long" = 0 ]; then
-  run verified setnx            setnx.pml     - "${FIX[@]}"
-  run verified setnx-restart    setnx.pml     - "${FIX[@]}" -DRESTART
-  run live     setnx-settles    setnx.pml     - "${FIX[@]}" -DONE_FULL -DWATT=1
-  run verified reentrant        reentrant.pml - "${FIX[@]}"
-  run live     reentrant-settles reentrant.pml - "${FIX[@]}" -DMAXATT=1 -DFAULTS=0
-  run verified rwlock           rwlock.pml    - "${RWFIX[@]}"
-  run live     rwlock-settles   rwlock.pml    - "${RWFIX[@]}" -DMAXATT=1 -DFAULTS=0
+  run verified setnx            setnx.pml     -
+  run verified setnx-restart    setnx.pml     - -DRESTART
+  run live     setnx-settles    setnx.pml     - -DONE_FULL -DWATT=1
+  run verified reentrant        reentrant.pml -
+  run live     reentrant-settles reentrant.pml - -DMAXATT=1 -DFAULTS=0
+  run verified rwlock           rwlock.pml    -
+  run live     rwlock-settles   rwlock.pml    - -DMAXATT=1 -DFAULTS=0
   run verified redlock          redlock.pml   -
 else
-  run verified setnx            setnx.pml     - "${FIX[@]}" -DFAULTS=2
-  run verified setnx-3clients   setnx.pml     - "${FIX[@]}" -DNC=3 -DONE_FULL
-  run verified setnx-restart    setnx.pml     - "${FIX[@]}" -DRESTART -DFAULTS=2
-  run live     setnx-settles    setnx.pml     - "${FIX[@]}"
-  run verified reentrant        reentrant.pml - "${FIX[@]}" -DFAULTS=2
-  run live     reentrant-settles reentrant.pml - "${FIX[@]}"
-  run verified rwlock           rwlock.pml    - "${RWFIX[@]}" -DFAULTS=2
-  run live     rwlock-settles   rwlock.pml    - "${RWFIX[@]}" -DMAXATT=1
+  run verified setnx            setnx.pml     - -DFAULTS=2
+  run verified setnx-3clients   setnx.pml     - -DNC=3 -DONE_FULL
+  run verified setnx-restart    setnx.pml     - -DRESTART -DFAULTS=2
+  run live     setnx-settles    setnx.pml     -
+  run verified reentrant        reentrant.pml - -DFAULTS=2
+  run live     reentrant-settles reentrant.pml -
+  run verified rwlock           rwlock.pml    - -DFAULTS=2
+  run live     rwlock-settles   rwlock.pml    - -DMAXATT=1
   run verified redlock          redlock.pml   - -DFAULTS=2
 fi
 
-# Findings: the code as it is today (no FIX flag) breaks these; see spec/README.md.
-run finding  give-back-setnx     setnx.pml     mutex
-run finding  give-back-reentrant reentrant.pml mutex
-run finding  read-retry-rwlock   rwlock.pml    mutex   -DFIX_GIVE_BACK -DNO_REENTRY_CHECK
-run finding  read-retry-reentry  rwlock.pml    reentry -DFIX_GIVE_BACK
-
-# Negative controls: the protocol before the fault issue's fixes must fail.
-run control  old-release-reentrant reentrant.pml mutex "${FIX[@]}" -DOLD_RELEASE
-run control  old-release-rwlock    rwlock.pml    mutex "${RWFIX[@]}" -DOLD_RELEASE
-run control  old-extend-setnx      setnx.pml     mutex "${FIX[@]}" -DOLD_EXTEND
-run control  old-extend-reentrant  reentrant.pml mutex "${FIX[@]}" -DOLD_EXTEND
+# Negative controls: the protocol before each fix must fail. First the two bugs the models
+# found (spec/README.md, "Findings"; fixed in lock.rs and rwlock/read_acquire.lua).
+run control  old-give-back-setnx     setnx.pml     mutex   -DOLD_GIVE_BACK
+run control  old-give-back-reentrant reentrant.pml mutex   -DOLD_GIVE_BACK
+run control  old-read-retry-rwlock   rwlock.pml    mutex   -DOLD_READ_RETRY -DNO_REENTRY_CHECK
+run control  old-read-retry-reentry  rwlock.pml    reentry -DOLD_READ_RETRY
+# Then the fault issue's fixes.
+run control  old-release-reentrant reentrant.pml mutex -DOLD_RELEASE
+run control  old-release-rwlock    rwlock.pml    mutex -DOLD_RELEASE
+run control  old-extend-setnx      setnx.pml     mutex -DOLD_EXTEND
+run control  old-extend-reentrant  reentrant.pml mutex -DOLD_EXTEND
 run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
-run control  old-fence             setnx.pml     fence "${FIX[@]}" -DRESTART -DOLD_FENCE
+run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
 
 if [ "$surprises" -gt 0 ]; then
   echo "spec: $surprises surprise(s)" >&2

@@ -31,9 +31,11 @@
  *            within min(ttl, 2 s) by design, write_acquire.lua 62-70)
  *
  * Variants (-D):
- *   FIX_READ_RETRY  proposed fix for finding 2 (spec/README.md): a read acquire that finds its own
- *                   acquisition (a retry) still makes the owner's read lease last the ttl
- *   FIX_GIVE_BACK   proposed fix for finding 1 (spec/README.md)
+ *   OLD_READ_RETRY  finding 2 (spec/README.md), fixed in read_acquire.lua: a read acquire
+ *                   that finds its own acquisition (a retry) leaves the owner's read lease
+ *                   as it is                                -> reentry fails (with
+ *                   NO_REENTRY_CHECK: mutex)
+ *   OLD_GIVE_BACK   finding 1 (spec/README.md), fixed in lock.rs   -> mutex fails
  */
 
 #ifndef MAXATT
@@ -145,9 +147,9 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
                  fi
-            :: else ->                                        /* this acquisition retried */
-#ifdef FIX_READ_RETRY
-                 if
+            :: else ->                                        /* this acquisition retried: */
+#ifndef OLD_READ_RETRY                                        /* the lease raised as by */
+                 if                                           /* add_read (finding 2) */
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
                  fi

@@ -25,8 +25,8 @@
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                   -> mutex fails
  *   OLD_FENCE      a new counter starts at 1 (INCR alone)                -> fence fails
- *   FIX_GIVE_BACK  proposed fix for finding 1 (spec/README.md): after giving back a grant that came
- *                  too late, the next attempts use a new token
+ *   OLD_GIVE_BACK  finding 1 (spec/README.md), fixed in lock.rs: after giving back a grant
+ *                  that came too late, the next attempts keep the same token -> mutex fails
  */
 
 #ifndef NC
@@ -69,7 +69,7 @@ int  ctr = 0;                   /* the fencing counter; 0 = absent */
 bool restarted = false;
 
 /* ---- clients (globals so that a tick can age them) ----
-   Tokens: client c's acquisition is 2c+1 (2c+2 after a give-back with FIX_GIVE_BACK): a
+   Tokens: client c's acquisition is 2c+1 (2c+2 after a give-back): a
    byte, not 128 random bits, but as unique. */
 byte gst[NC];                   /* guard state (common.pml G_*) */
 byte gleft[NC];                 /* guard validity left: held while > 0 */
@@ -226,7 +226,7 @@ inline SPAWN_RELEASE(me, tok, until) {
 #include "client.pml"
 
 /* Client c (owner c + 1): one acquisition with a token of its own (2c+1; 2c+2 after a
-   give-back with FIX_GIVE_BACK), ttl TS or TL; if held, maybe one renewal (client 0); then
+   give-back), ttl TS or TL; if held, maybe one renewal (client 0); then
    the release. */
 proctype Client(byte c)
 {
