@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{as_other_owner, client, lock_key};
+use common::{as_other_owner, client, pttl};
 use distlock::{Error, LockContext, LockMode};
 use distlock_testkit::RedisServer;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redis::AsyncCommands;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
@@ -645,15 +644,6 @@ async fn listing_shows_held_locks_only() {
 
 // ---------------------------------------------------------------------------------------------
 // The minimum hold.
-
-async fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server
-        .async_connection()
-        .await
-        .pttl(lock_key(name))
-        .await
-        .expect("PTTL")
-}
 
 async fn until_gone(server: &RedisServer, name: &str) -> Duration {
     let start = Instant::now();

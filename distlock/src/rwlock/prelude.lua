@@ -212,6 +212,18 @@ local function others_intend(s, owner)
   return false
 end
 
+-- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another
+-- of its holds may count on it). The owner must be a live reader.
+local function renew_read(s, owner, now, ttl)
+  local r = s.readers[owner]
+  if now + ttl > r.ends then
+    r.ends = now + ttl
+    redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
+    s.dirty = true
+  end
+  return r.ends
+end
+
 -- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never
 -- shortening the lease the owner already has: another of its holds may count on it).
 local function add_read(s, owner, nonce, now, ttl)

@@ -32,12 +32,7 @@ if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) t
   else
     -- This acquisition retried after its reply was lost: the client measures the lease from
     -- the retry, so the server must renew it from now too (spec/: found by the rwlock model).
-    local r = s.readers[owner]
-    if now + ttl > r.ends then
-      r.ends = now + ttl
-      redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
-      s.dirty = true
-    end
+    renew_read(s, owner, now, ttl)
   end
   settle(s, now)
   return {1, fence}
