@@ -17,7 +17,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 
 use crate::diag::{did_you_mean, list_code, Errors};
 use crate::duration;
-use crate::model::{AttrKind, Mode, OnBusy, OnLost, Spanned};
+use crate::model::{AttrKind, Mode, OnBusy, OnError, OnLost, Spanned};
 
 /// Every argument, in the order the docs and error messages list them.
 const ARGUMENTS: &[&str] = &[
@@ -28,7 +28,10 @@ const ARGUMENTS: &[&str] = &[
     "watchdog",
     "on_busy",
     "on_lost",
+    "on_error",
     "max_hold",
+    "min_hold",
+    "record_key",
     "replicas",
     "replicas_timeout",
     "client",
@@ -53,6 +56,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("wait_replicas", "replicas"),
     ("sync_replicas", "replicas"),
     ("replica_timeout", "replicas_timeout"),
+    ("lock_at_least_for", "min_hold"),
+    ("at_least", "min_hold"),
+    ("min_duration", "min_hold"),
+    ("lock_at_most_for", "ttl"),
+    ("on_failure", "on_error"),
+    ("trace_key", "record_key"),
 ];
 
 /// The attribute's arguments, each parsed on its own, each keeping its span.
@@ -72,6 +81,9 @@ pub struct LockArgs {
     pub max_hold: Option<Spanned<Duration>>,
     pub replicas: Option<Spanned<u32>>,
     pub replicas_timeout: Option<Spanned<Duration>>,
+    pub min_hold: Option<Spanned<Duration>>,
+    pub on_error: Option<Spanned<OnError>>,
+    pub record_key: Option<Spanned<bool>>,
     pub client: Option<Expr>,
     pub map_err: Option<ExprPath>,
 }
@@ -173,6 +185,9 @@ impl LockArgs {
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
             "replicas" => self.replicas = Some(count(&name, value)?),
             "replicas_timeout" => self.replicas_timeout = Some(duration(&name, value)?),
+            "min_hold" => self.min_hold = Some(duration(&name, value)?),
+            "on_error" => self.on_error = Some(choice(&name, value, &OnError::ALL)?),
+            "record_key" => self.record_key = Some(boolean(&name, value)?),
             "mode" => self.mode = Some(choice(&name, value, &Mode::ALL)?),
             "on_busy" => self.on_busy = Some(choice(&name, value, &OnBusy::ALL)?),
             "on_lost" => self.on_lost = Some(choice(&name, value, &OnLost::ALL)?),
@@ -347,6 +362,19 @@ fn watchdog(value: &Expr) -> syn::Result<Spanned<WatchdogArg>> {
         _ => Err(syn::Error::new_spanned(
             value,
             "`watchdog` takes `true`, `false` or a renewal period such as `watchdog = \"5s\"`",
+        )),
+    }
+}
+
+fn boolean(name: &str, value: &Expr) -> syn::Result<Spanned<bool>> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(flag),
+            ..
+        }) => Ok(Spanned::new(flag.value, flag.span)),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes `true` or `false`, e.g. `{name} = true`"),
         )),
     }
 }

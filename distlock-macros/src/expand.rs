@@ -41,8 +41,8 @@ use syn::{
 };
 
 use crate::model::{
-    KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnLost, Placeholder, Spanned,
-    Watchdog,
+    KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnError, OnLost, Placeholder,
+    Spanned, Watchdog,
 };
 
 pub fn expand(model: LockModel) -> TokenStream {
@@ -55,7 +55,7 @@ pub fn expand(model: LockModel) -> TokenStream {
     let key_expr = key_expr(&model.key);
     let client_expr = client_expr(&model);
     let spec = spec(&model);
-    let on_busy = on_busy(&model.on_busy);
+    let on_busy = on_busy(&model.on_busy, &model.on_error);
     let anchor = anchor(&ret);
     let item = &model.item;
     let (attrs, vis, sig, block) = (&item.attrs, &item.vis, &item.sig, &item.block);
@@ -146,6 +146,12 @@ fn erase_impl_trait(ty: &mut Type) {
 fn returns_expr(model: &LockModel, ret: &Type) -> TokenStream {
     let span = ret.span();
     let private = private_at(span);
+    if model.on_error.value == OnError::Log {
+        // `Default` for the return type is the check; its error points at `"log"`.
+        let span = model.on_error.span;
+        let private = private_at(span);
+        return quote_spanned!(span=> #private::returns_logged::<#ret>());
+    }
     match &model.map_err {
         None => quote_spanned!(span=> #private::returns::<#ret>()),
         Some(path) => {
@@ -277,6 +283,10 @@ fn spec(model: &LockModel) -> TokenStream {
         }
         None => quote!(#private::Option::None),
     };
+    let min_hold = optional_duration(model.min_hold.as_ref().map(|min| min.value));
+    let template = &model.key.lit;
+    let fn_name = model.item.sig.ident.to_string();
+    let record_key = model.record_key;
     let on_lost = match model.on_lost.value {
         OnLost::Cancel => quote!(Cancel),
         OnLost::Continue => quote!(Continue),
@@ -289,7 +299,11 @@ fn spec(model: &LockModel) -> TokenStream {
             renew_every: #renew_every,
             max_hold: #max_hold,
             replicas: #replicas,
+            min_hold: #min_hold,
             on_lost: #private::OnLost::#on_lost,
+            template: #template,
+            site: ::core::concat!(::core::module_path!(), "::", #fn_name),
+            record_key: #record_key,
         }
     }
 }
@@ -313,11 +327,13 @@ fn optional_duration(value: Option<Duration>) -> TokenStream {
 }
 
 /// `"skip"` needs `Default` for the `Ok` type: checked by `busy_skip`, pointing at `"skip"`.
-fn on_busy(on_busy: &Spanned<OnBusy>) -> TokenStream {
+fn on_busy(on_busy: &Spanned<OnBusy>, on_error: &Spanned<OnError>) -> TokenStream {
     let private = private();
-    match on_busy.value {
-        OnBusy::Error => quote!(#private::busy_error()),
-        OnBusy::Skip => {
+    match (on_busy.value, on_error.value) {
+        (OnBusy::Error, _) => quote!(#private::busy_error()),
+        // A skipped call returns `Default::default()` itself (checked by `returns_logged`).
+        (OnBusy::Skip, OnError::Log) => quote!(#private::busy_skip_logged()),
+        (OnBusy::Skip, OnError::Return) => {
             let private = private_at(on_busy.span);
             quote_spanned!(on_busy.span=> #private::busy_skip())
         }

@@ -140,6 +140,21 @@ impl OnLost {
         [("cancel", Self::Cancel), ("continue", Self::Continue)];
 }
 
+/// `on_error = ".."`: where a lock error goes (busy with `on_busy = "error"`, a lease lost,
+/// no client, Redis down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Through the fn's `Result` error type.
+    Return,
+    /// A `tracing` warning; the fn returns `Default::default()`, so it may return anything
+    /// with a default (`()` included).
+    Log,
+}
+
+impl OnError {
+    pub const ALL: [(&'static str, OnError); 2] = [("return", Self::Return), ("log", Self::Log)];
+}
+
 /// The key template, split and resolved against the fn's bindings.
 #[derive(Clone, Debug)]
 pub struct KeyTemplate {
@@ -184,6 +199,11 @@ pub struct LockModel {
     pub max_hold: Option<Spanned<Duration>>,
     /// `replicas = n` (n >= 1) and its timeout (> 0, default [`DEFAULT_REPLICAS_TIMEOUT`]).
     pub replicas: Option<(u32, Duration)>,
+    /// Always > 0 when present.
+    pub min_hold: Option<Spanned<Duration>>,
+    pub on_error: Spanned<OnError>,
+    /// Record the rendered key in traces (off: only the template).
+    pub record_key: bool,
     /// `client = <expr>`, evaluated in the fn's scope; `None` means the
     /// process-wide default client.
     pub client: Option<Expr>,

@@ -14,9 +14,9 @@ use crate::args::{self, LockArgs, WatchdogArg};
 use crate::diag::{did_you_mean, Errors};
 use crate::duration;
 use crate::model::{
-    AttrKind, KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnLost, Placeholder,
-    Spanned, Watchdog, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL, MIN_TTL,
-    WATCHDOG_DIVISOR,
+    AttrKind, KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnError, OnLost,
+    Placeholder, Spanned, Watchdog, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL,
+    MIN_TTL, WATCHDOG_DIVISOR,
 };
 use crate::sig::Bindings;
 use crate::template::{self, Segment};
@@ -59,7 +59,11 @@ fn validate(
     errors: &mut Errors,
 ) -> Option<LockModel> {
     check_stacked(attr, &item.attrs, errors);
-    check_signature(attr, &item.sig, errors);
+    let logged = args
+        .as_ref()
+        .and_then(|a| a.on_error.as_ref())
+        .is_some_and(|e| e.value == OnError::Log);
+    check_signature(attr, &item.sig, logged, errors);
     let args = args?;
     let bindings = Bindings::of(&item.sig);
     let key = key_template(attr, &args, &item.sig, &bindings, errors);
@@ -67,6 +71,8 @@ fn validate(
     let watchdog = watchdog(&args, ttl.as_ref(), errors);
     check_max_hold(&args, errors);
     let replicas = replicas(&args, errors);
+    check_min_hold(&args, errors);
+    check_on_error(&args, errors);
     let kind = match attr {
         AttrKind::Distributed => LockKind::Exclusive {
             mode: args.mode.unwrap_or(Spanned::default_value(Mode::SetNx)),
@@ -88,6 +94,11 @@ fn validate(
             .unwrap_or(Spanned::default_value(OnLost::Cancel)),
         max_hold: args.max_hold,
         replicas: replicas?,
+        min_hold: args.min_hold.filter(|m| !m.value.is_zero()),
+        on_error: args
+            .on_error
+            .unwrap_or(Spanned::default_value(OnError::Return)),
+        record_key: args.record_key.is_some_and(|r| r.value),
         client: args.client,
         map_err: args.map_err,
         item,
@@ -124,7 +135,7 @@ pub fn lock_attribute(attribute: &Attribute) -> Option<AttrKind> {
     AttrKind::from_name(&last.ident.to_string())
 }
 
-fn check_signature(attr: AttrKind, sig: &Signature, errors: &mut Errors) {
+fn check_signature(attr: AttrKind, sig: &Signature, logged: bool, errors: &mut Errors) {
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new(
             sig.fn_token.span,
@@ -136,9 +147,11 @@ fn check_signature(attr: AttrKind, sig: &Signature, errors: &mut Errors) {
         ));
     }
     match &sig.output {
+        // With `on_error = "log"` a lock error is logged and the fn returns `()`.
+        ReturnType::Default if logged => {}
         ReturnType::Default => errors.push(syn::Error::new(
             sig.paren_token.span.close(),
-            "a locked fn must return `Result<T, E>` with `E: From<distlock::Error>`, because acquiring the lock can fail; add a return type such as `-> Result<(), MyError>`",
+            "a locked fn must return `Result<T, E>` with `E: From<distlock::Error>`, because acquiring the lock can fail; add a return type such as `-> Result<(), MyError>`, or let lock errors be logged with `on_error = \"log\"` (the body is then not run and the fn returns `Default::default()`)",
         )),
         ReturnType::Type(_, ty) if matches!(**ty, Type::ImplTrait(_)) => errors.push(syn::Error::new_spanned(
             ty,
@@ -425,6 +438,32 @@ fn replicas(args: &LockArgs, errors: &mut Errors) -> Option<Option<(u32, Duratio
             .map_or(DEFAULT_REPLICAS_TIMEOUT, |t| t.value);
         (n.value, timeout)
     }))
+}
+
+/// Only reports: a zero `min_hold` fails the whole attribute.
+fn check_min_hold(args: &LockArgs, errors: &mut Errors) {
+    if let Some(min_hold) = args.min_hold.as_ref().filter(|m| m.value.is_zero()) {
+        errors.push(syn::Error::new(
+            min_hold.span,
+            "`min_hold` must be greater than zero; leave it out to release the lock as soon as the body returns",
+        ));
+    }
+}
+
+/// `map_err` converts lock errors into the fn's error type; with `on_error = "log"` there is
+/// none to convert into.
+fn check_on_error(args: &LockArgs, errors: &mut Errors) {
+    let Some(on_error) = &args.on_error else {
+        return;
+    };
+    if on_error.value == OnError::Log {
+        if let Some(map_err) = &args.map_err {
+            errors.push(syn::Error::new_spanned(
+                map_err,
+                "`map_err` has no effect with `on_error = \"log\"`: lock errors are logged, not returned; remove one of the two",
+            ));
+        }
+    }
 }
 
 /// Only reports: a zero `max_hold` fails the whole attribute, so the model

@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
 //! | release | lock, wake-up channel | owner, nonce, wake-up id, `s` to SPUBLISH | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
@@ -35,6 +35,9 @@ use crate::key::LockKey;
 pub(crate) struct HoldId {
     pub(crate) owner: Arc<str>,
     pub(crate) nonce: Arc<str>,
+    /// Who took it (`token::holder`), stored by the acquire script with the acquisition for
+    /// inspection; empty where the owner token already carries it (setnx).
+    pub(crate) holder: Arc<str>,
 }
 
 /// One lock mode's scripts.
@@ -110,15 +113,16 @@ impl Algorithm {
         unsure: bool,
         want_holder_ttl: bool,
     ) -> Cmd {
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + 32;
-        let mut cmd = evalsha(&self.acquire, 2, 7, bytes);
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 32;
+        let mut cmd = evalsha(&self.acquire, 2, 8, bytes);
         cmd.arg(key.lock())
             .arg(key.fence_arg())
             .arg(&*id.owner)
             .arg(ttl_ms)
             .arg(if unsure { "1" } else { "0" })
             .arg(if want_holder_ttl { "1" } else { "0" })
-            .arg(&*id.nonce);
+            .arg(&*id.nonce)
+            .arg(&*id.holder);
         cmd
     }
 

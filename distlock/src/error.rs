@@ -16,6 +16,10 @@ pub enum Op {
     Extend,
     /// Giving a lock back.
     Release,
+    /// Reading a lock's state or listing locks, for operators.
+    Inspect,
+    /// Removing a lock by force.
+    ForceUnlock,
 }
 
 impl fmt::Display for Op {
@@ -25,6 +29,8 @@ impl fmt::Display for Op {
             Op::Acquire => "acquire",
             Op::Extend => "extend",
             Op::Release => "release",
+            Op::Inspect => "inspect",
+            Op::ForceUnlock => "force unlock",
         })
     }
 }

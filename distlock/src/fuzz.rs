@@ -1,7 +1,7 @@
 //! Fuzzing entry points: **not an API**, no stability promise, hidden from the docs.
 //!
 //! Compiled with the `fuzzing` feature (off by default) for the `cargo fuzz` targets in
-//! `fuzz/`, and always under `cargo test`, where [`tests`] runs every entry over the seed
+//! `fuzz/`, and always under `cargo test`, where `tests` runs every entry over the seed
 //! corpus and a few thousand pseudo-random inputs. Each entry turns arbitrary bytes into what
 //! a Redis server (or a hostile one) could send and runs the decoding a real reply goes
 //! through. Errors are the expected outcome; a panic is a bug.

@@ -44,6 +44,8 @@ pub struct Guard {
     fence: u64,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
+    /// Keep the lock at least this long after it was acquired (see `LockRequest::min_hold`).
+    min_hold: Option<Duration>,
     registration: Registration,
     /// Set once a release has been answered: until then, dropping the guard (or the future of
     /// its release) sends the release in the background.
@@ -70,6 +72,7 @@ impl Guard {
         fence: u64,
         acquired_at: Instant,
         lease: Arc<LeaseState>,
+        min_hold: Option<Duration>,
         registration: Registration,
     ) -> Guard {
         Guard {
@@ -80,6 +83,7 @@ impl Guard {
             fence,
             acquired_at,
             lease,
+            min_hold,
             registration,
             released: false,
         }
@@ -174,10 +178,42 @@ impl Guard {
     /// try frees nothing more); after a few failed tries the transport error is returned and
     /// the release goes on in the background while the lease lasts. Dropping this future
     /// before it finished also finishes the release in the background.
+    ///
+    /// With [`LockRequest::min_hold`](crate::LockRequest::min_hold), a release before that
+    /// time leaves the lock in place until then: the lease is made to last that long (one
+    /// owner-checked extension) or, when it already does, a background task releases the
+    /// lock at that time (and if this process ends first, the lease ends it within its ttl).
     pub async fn release(mut self) -> Result<(), Error> {
+        let held_for = self.held_for();
         self.unregister();
-        let until = self.lease.valid_until();
         let nodes = self.client.inner().nodes.clone();
+        let labels = self.lease.labels.clone();
+        if let Some(left) = self.min_hold_left() {
+            let remaining = self.remaining();
+            // Never released early, whatever happens next.
+            self.released = true;
+            let kept = keep(
+                nodes,
+                self.algorithm,
+                self.key.clone(),
+                self.id.clone(),
+                left,
+                remaining,
+                self.lease.valid_until(),
+            )
+            .await;
+            return match kept {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    labels.released(held_for, false);
+                    Err(Error::NotOwner {
+                        key: self.key.name().to_owned(),
+                    })
+                }
+                Err(e) => Err(e),
+            };
+        }
+        let until = self.lease.valid_until();
         let result = release_retrying(
             &nodes,
             self.algorithm,
@@ -190,6 +226,7 @@ impl Guard {
         match result {
             Ok(released) => {
                 self.released = true;
+                labels.released(held_for, released);
                 if released {
                     Ok(())
                 } else {
@@ -213,7 +250,14 @@ impl Guard {
         }
         if std::mem::take(&mut self.registration.held) {
             inner.unhold(self.key.lock(), &self.lease);
+            self.lease.labels.unheld(self.held_for());
         }
+    }
+
+    /// How much of the minimum hold is still to come, if any and if the lease still holds.
+    fn min_hold_left(&self) -> Option<Duration> {
+        let left = self.min_hold?.checked_sub(self.held_for())?;
+        (!left.is_zero() && self.lease.is_valid()).then_some(left)
     }
 
     fn lost_error(&self) -> Error {
@@ -226,7 +270,20 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let left = self.min_hold_left();
+        let remaining = self.remaining();
         self.unregister();
+        if let (false, Some(left), Ok(runtime)) =
+            (self.released, left, tokio::runtime::Handle::try_current())
+        {
+            let nodes = self.client.inner().nodes.clone();
+            let (key, id) = (self.key.clone(), self.id.clone());
+            let (algorithm, until) = (self.algorithm, self.lease.valid_until());
+            runtime.spawn(async move {
+                let _ = keep(nodes, algorithm, key, id, left, remaining, until).await;
+            });
+            return;
+        }
         if !self.released {
             let until = Some(self.lease.valid_until());
             spawn_release(
@@ -283,6 +340,32 @@ pub(crate) async fn release_now(
     release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES)
         .await
         .is_ok()
+}
+
+/// Keeps a released lock until `left` from now (its minimum hold): a lease that ends sooner
+/// (`remaining` by our clock) is extended to `left`, owner-checked, and then simply runs out;
+/// a longer one is released when `left` has passed, in the background. Ok(false): the lock was
+/// no longer ours.
+async fn keep(
+    nodes: Arc<Nodes>,
+    algorithm: &'static Algorithm,
+    key: LockKey,
+    id: HoldId,
+    left: Duration,
+    remaining: Duration,
+    valid_until: Instant,
+) -> Result<bool, Error> {
+    if left > remaining {
+        let ms = lease::ttl_ms(left.max(lease::MIN_TTL))?;
+        return Ok(nodes.extend(algorithm, &key, &id, ms).await?.is_some());
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            tokio::time::sleep(left).await;
+            let _ = release_retrying(&nodes, algorithm, &key, &id, valid_until, u32::MAX).await;
+        });
+    }
+    Ok(true)
 }
 
 /// Release without blocking the caller: `Drop` cannot await, and blocking a runtime thread on

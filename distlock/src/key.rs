@@ -33,6 +33,8 @@ const DISPLAY_MAX: usize = 120;
 pub(crate) const CHANNEL_SUFFIX: &[u8] = b":wake";
 /// Suffix of the fencing counter.
 const FENCE_SUFFIX: &[u8] = b":fence";
+/// Suffix of the record of the last forced unlock (kept a while beside the lock, for operators).
+pub(crate) const FORCED_SUFFIX: &[u8] = b":forced";
 
 impl LockKey {
     /// Checks `name` and builds its keys. Refused: empty names, names longer than `max_len`
@@ -124,6 +126,11 @@ impl LockKey {
     pub(crate) fn fence_arg(&self) -> Suffixed<'_> {
         Suffixed(&self.base, FENCE_SUFFIX)
     }
+
+    /// The record of the last forced unlock, as a command argument.
+    pub(crate) fn forced_arg(&self) -> Suffixed<'_> {
+        Suffixed(&self.base, FORCED_SUFFIX)
+    }
 }
 
 /// A key made of the lock key and a suffix, written straight into a command's buffer.
@@ -144,7 +151,7 @@ impl ToRedisArgs for Suffixed<'_> {
 
 /// True when Redis Cluster would hash only a part of `name`: a `{` followed later by a `}`
 /// with at least one byte between them (an empty `{}` makes Cluster hash the whole key).
-fn has_hash_tag(name: &str) -> bool {
+pub(crate) fn has_hash_tag(name: &str) -> bool {
     match name.find('{') {
         Some(open) => match name[open + 1..].find('}') {
             Some(len) => len > 0,

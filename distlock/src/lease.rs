@@ -1,12 +1,13 @@
 //! Lease arithmetic: how long a granted lock may be trusted, on the local monotonic clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::error::Error;
+use crate::telemetry::Labels;
 
 /// Shortest accepted ttl. Below this the clock-drift allowance (2 ms) eats the lease.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -67,15 +68,18 @@ pub(crate) struct LeaseState {
     lost: AtomicBool,
     /// Wakes `Guard::lost()` waiters when the lease is declared lost.
     changed: Notify,
+    /// Who holds it, for the lease-lost event.
+    pub(crate) labels: Arc<Labels>,
 }
 
 impl LeaseState {
     /// A lease granted for `ttl` by a request sent at `sent`.
-    pub(crate) fn new(sent: Instant, ttl: Duration) -> Self {
+    pub(crate) fn new(sent: Instant, ttl: Duration, labels: Arc<Labels>) -> Self {
         LeaseState {
             valid: Mutex::new((valid_until(sent, ttl), sent)),
             lost: AtomicBool::new(false),
             changed: Notify::new(),
+            labels,
         }
     }
 
@@ -106,6 +110,7 @@ impl LeaseState {
 
     pub(crate) fn declare_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
+            self.labels.lease_lost();
             self.changed.notify_waiters();
         }
     }
@@ -153,7 +158,13 @@ mod tests {
     #[test]
     fn the_latest_sent_renewal_decides_even_when_it_shortens() {
         let t = Instant::now();
-        let lease = LeaseState::new(t, Duration::from_secs(10));
+        let labels = Arc::new(Labels {
+            mode: "setnx",
+            key: "test".into(),
+            name: None,
+            site: None,
+        });
+        let lease = LeaseState::new(t, Duration::from_secs(10), labels);
         // A renewal sent later that found less on the server wins...
         assert!(lease.renewed(t + Duration::from_millis(1), Duration::from_millis(500)));
         let short = lease.valid_until();

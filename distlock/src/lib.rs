@@ -83,6 +83,7 @@ mod conn;
 mod context;
 mod error;
 mod guard;
+mod inspect;
 mod key;
 mod lease;
 mod lock;
@@ -91,6 +92,7 @@ mod quorum;
 mod reentrant;
 mod rwlock;
 mod setnx;
+mod telemetry;
 mod token;
 mod wait;
 mod watchdog;
@@ -102,6 +104,7 @@ pub use client::{
 pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
+pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECORD_KEPT};
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
@@ -116,6 +119,12 @@ pub use distlock_macros::{distributed_lock, read_lock, write_lock};
 #[path = "private.rs"]
 pub mod __private;
 pub use __private::{lease, Lease};
+
+// The `distlock` command's logic (feature `cli`), a module so the tests can drive it.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+#[path = "cli.rs"]
+pub mod __cli;
 
 // Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
 // for the corpus tests that run under `cargo test`. Not an API: hidden, unstable, may go away.

@@ -1,7 +1,11 @@
 //! Taking a lock: the request builder and the one acquire loop every mode goes through.
 
+use std::borrow::Cow;
+use std::panic::Location;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
 
 use crate::algorithm::{Algorithm, Attempt, HoldId, OwnerKind};
 use crate::client::{Client, Replicas};
@@ -11,6 +15,7 @@ use crate::guard::{spawn_release, Guard, Registration};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
 use crate::quorum::Nodes;
+use crate::telemetry::{Labels, Outcome, NO_LABEL};
 use crate::token;
 use crate::wait::Waiter;
 use crate::watchdog::Watch;
@@ -35,10 +40,20 @@ pub struct LockRequest<'c> {
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
     replicas: Option<Replicas>,
+    min_hold: Option<Duration>,
+    label: Cow<'static, str>,
+    record_name: bool,
+    site: Option<&'static str>,
+    caller: &'static Location<'static>,
 }
 
 impl<'c> LockRequest<'c> {
-    pub(crate) fn new(client: &'c Client, algorithm: &'static Algorithm, name: &[u8]) -> Self {
+    pub(crate) fn new(
+        client: &'c Client,
+        algorithm: &'static Algorithm,
+        name: &[u8],
+        caller: &'static Location<'static>,
+    ) -> Self {
         LockRequest {
             client,
             algorithm,
@@ -49,7 +64,67 @@ impl<'c> LockRequest<'c> {
             renew_every: None,
             max_hold: None,
             replicas: None,
+            min_hold: None,
+            label: Cow::Borrowed(NO_LABEL),
+            record_name: false,
+            site: None,
+            caller,
         }
+    }
+
+    /// Keep the lock at least this long after it was acquired, even when it is released
+    /// sooner: [`Guard::release`] then leaves the lock in place until `min_hold` has passed
+    /// (ShedLock's `lockAtLeastFor`). Made for jobs that every instance of a service starts on
+    /// its own timer: the instance that runs first keeps the others out for the whole period,
+    /// even if its run took two seconds and another's timer fires a moment later.
+    ///
+    /// When the release comes with more than the remaining lease still to hold (the usual
+    /// case: a ttl of seconds, a `min_hold` of minutes), the lease is extended to end exactly
+    /// then, owner-checked, and the lock needs nothing more from this process. When the lease
+    /// already lasts longer, a background task releases the lock once `min_hold` has passed; if
+    /// the process exits before, the lock ends with its lease, later than `min_hold` but never
+    /// sooner. Pair it with a zero `wait`, so a late instance skips instead of queueing.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// // Every instance calls this at 02:00; one of them runs the report.
+    /// match locks.lock("daily-report").min_hold(Duration::from_secs(300)).try_acquire().await {
+    ///     Ok(guard) => {
+    ///         // ... run the report ...
+    ///         guard.release().await?; // the lock stays until 02:05
+    ///     }
+    ///     Err(distlock::Error::Busy { .. }) => {} // another instance has it
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn min_hold(mut self, min: Duration) -> Self {
+        self.min_hold = Some(min);
+        self
+    }
+
+    /// What this lock is called in traces and metrics: a name for the *kind* of lock, such as
+    /// the template `order:<id>`, not the rendered name (names can carry user data, and a
+    /// metric label must take few values). The attributes set it to their key template.
+    /// Without it, traces and metrics show `-`.
+    pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Also record the rendered lock name in this lock's trace spans and events (never in
+    /// metrics). Off by default: names can carry user data.
+    pub fn record_name(mut self, on: bool) -> Self {
+        self.record_name = on;
+        self
+    }
+
+    /// The locked fn, for traces (set by the attributes).
+    #[doc(hidden)]
+    pub fn site(mut self, site: &'static str) -> Self {
+        self.site = Some(site);
+        self
     }
 
     /// The lease (default 30 s, at least 10 ms). With the watchdog on, the lock is renewed
@@ -109,6 +184,36 @@ impl<'c> LockRequest<'c> {
     }
 
     async fn run(self, wait: Duration) -> Result<Guard, Error> {
+        let labels = Arc::new(Labels {
+            mode: self.algorithm.name,
+            key: self.label.clone(),
+            name: match (&self.key, self.record_name) {
+                (Ok(key), true) => Some(key.name().into()),
+                _ => None,
+            },
+            site: self.site,
+        });
+        let span = labels.acquire_span();
+        let started = Instant::now();
+        let result = self.attempt(wait, &labels).instrument(span.clone()).await;
+        let (outcome, attempts, fence, error) = match &result {
+            Ok((guard, attempts)) => (
+                Outcome::Acquired,
+                *attempts,
+                Some(guard.fencing_token()),
+                None,
+            ),
+            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
+            Err(e @ Error::Timeout { attempts, .. }) => {
+                (Outcome::Timeout, *attempts, None, Some(e))
+            }
+            Err(e) => (Outcome::Error, 0, None, Some(e)),
+        };
+        labels.acquired(&span, outcome, started.elapsed(), attempts, fence, error);
+        result.map(|(guard, _)| guard)
+    }
+
+    async fn attempt(self, wait: Duration, labels: &Arc<Labels>) -> Result<(Guard, u32), Error> {
         let key = self.key?;
         let ttl_ms = lease::ttl_ms(self.ttl)?;
         let ttl = Duration::from_millis(ttl_ms);
@@ -124,6 +229,11 @@ impl<'c> LockRequest<'c> {
             client,
             algorithm,
             max_hold: self.max_hold,
+            min_hold: self.min_hold,
+        };
+        let holder_text = match self.site {
+            Some(site) => token::holder(&site),
+            None => token::holder(self.caller),
         };
         let inner = client.inner();
         let replicas = self.replicas.or(inner.replicas);
@@ -138,23 +248,25 @@ impl<'c> LockRequest<'c> {
         // The current context, or the one around it that already holds this lock.
         let holder = inner.holder_in_scope(key.lock());
         let context = holder.unwrap_or_else(LockContext::current);
-        // One id for the whole acquisition: a retry after a lost reply finds its own hold in
-        // place and takes it instead of waiting on itself or counting it twice.
-        let id = match algorithm.owner {
-            OwnerKind::Token => {
-                if holder.is_some() {
-                    return Err(Error::Reentrant {
-                        key: key.name().to_owned(),
-                    });
-                }
-                HoldId {
-                    owner: token::owner_token(),
-                    nonce: token::no_nonce(),
-                }
-            }
+        if algorithm.owner == OwnerKind::Token && holder.is_some() {
+            return Err(Error::Reentrant {
+                key: key.name().to_owned(),
+            });
+        }
+        let holder_text: Arc<str> = Arc::from(holder_text);
+        let context_owner: Arc<str> = Arc::from(format!("{}:{context}", inner.id));
+        // An id names one acquisition: a retry after a lost reply finds its own hold in place
+        // and takes it instead of waiting on itself or counting it twice.
+        let fresh_id = || match algorithm.owner {
+            OwnerKind::Token => HoldId {
+                owner: token::owner_token_described(&holder_text),
+                nonce: token::no_nonce(),
+                holder: token::no_nonce(),
+            },
             OwnerKind::Context => HoldId {
-                owner: Arc::from(format!("{}:{context}", inner.id)),
+                owner: context_owner.clone(),
                 nonce: inner.nonce(),
+                holder: holder_text.clone(),
             },
         };
         let started = Instant::now();
@@ -176,7 +288,7 @@ impl<'c> LockRequest<'c> {
             client,
             algorithm,
             key: &key,
-            id: &id,
+            id: fresh_id(),
             ttl,
             armed: false,
         };
@@ -190,7 +302,7 @@ impl<'c> LockRequest<'c> {
                 .acquire(
                     algorithm,
                     &key,
-                    &id,
+                    &pending.id,
                     ttl_ms,
                     unsure,
                     want_holder_ttl,
@@ -199,12 +311,12 @@ impl<'c> LockRequest<'c> {
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
-                    let state = Arc::new(LeaseState::new(sent, ttl));
+                    let state = Arc::new(LeaseState::new(sent, ttl, labels.clone()));
                     if state.is_valid() {
                         pending.armed = false;
                         let guard = grant.guard(
                             key.clone(),
-                            id.clone(),
+                            pending.id.clone(),
                             context,
                             fence,
                             sent,
@@ -212,11 +324,16 @@ impl<'c> LockRequest<'c> {
                             period,
                             state,
                         );
-                        return Ok(guard);
+                        return Ok((guard, attempts));
                     }
                     // The answer came so late that the lease is already spent: give it back
-                    // and carry on as if the lock were busy.
+                    // and carry on as if the lock were busy, as a new acquisition. With the
+                    // same id, the give-back (sent in the background) could arrive after the
+                    // next attempt took the lock and free that hold (spec/: found by the
+                    // model checker).
                     pending.give_back();
+                    pending.id = fresh_id();
+                    unsure = false;
                     (None, None)
                 }
                 // The scripts check for this acquisition's own hold, so busy means not ours.
@@ -233,7 +350,7 @@ impl<'c> LockRequest<'c> {
                 // back before saying so, so no lock is left behind by a failed call.
                 Err(e @ Error::ReplicasNotConfirmed { .. }) => {
                     let nodes = inner.nodes.clone();
-                    if crate::guard::release_now(&nodes, algorithm, &key, &id, ttl).await {
+                    if crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl).await {
                         pending.armed = false;
                     }
                     return Err(e);
@@ -267,7 +384,7 @@ struct Pending<'a> {
     client: &'a Client,
     algorithm: &'static Algorithm,
     key: &'a LockKey,
-    id: &'a HoldId,
+    id: HoldId,
     ttl: Duration,
     armed: bool,
 }
@@ -328,6 +445,7 @@ struct Grant<'c> {
     client: &'c Client,
     algorithm: &'static Algorithm,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
 }
 
 impl Grant<'_> {
@@ -366,6 +484,7 @@ impl Grant<'_> {
             fence,
             sent,
             lease,
+            self.min_hold,
             Registration { watch, held: true },
         )
     }

@@ -79,8 +79,16 @@ pub struct Spec {
     pub max_hold: Option<Duration>,
     /// `replicas = n, replicas_timeout = ..`: replica acknowledgement for this lock.
     pub replicas: Option<(u32, Duration)>,
+    /// Keep the lock at least this long after acquiring it (`min_hold = ..`).
+    pub min_hold: Option<Duration>,
     /// What a lost lease does to the body.
     pub on_lost: OnLost,
+    /// The key template as written: the lock's label in traces and metrics.
+    pub template: &'static str,
+    /// The locked fn's path, for traces.
+    pub site: &'static str,
+    /// Record the rendered key in traces too (`record_key = true`).
+    pub record_key: bool,
 }
 
 /// A duration from its parts, for [`Spec`] fields (the generated code names nothing outside
@@ -110,6 +118,12 @@ where
     OnBusy::Skip(skipped::<R>)
 }
 
+/// `on_busy = "skip", on_error = "log"`: the fn returns `Default::default()` when the lock
+/// stays busy (the bound is checked by [`returns_logged`]).
+pub fn busy_skip_logged<R: Default>() -> OnBusy<R> {
+    OnBusy::Skip(R::default)
+}
+
 fn skipped<R: Outcome>() -> R
 where
     R::Ok: SkipValue,
@@ -124,7 +138,7 @@ where
 #[diagnostic::on_unimplemented(
     message = "a locked fn must return `Result<T, E>`, not `{Self}`",
     label = "not a `Result`: lock errors (busy, lease lost, no client) could not be returned",
-    note = "return `Result<T, E>` with `E: From<distlock::Error>`, e.g. `Result<{Self}, MyError>`"
+    note = "return `Result<T, E>` with `E: From<distlock::Error>`, e.g. `Result<{Self}, MyError>`; or, for a job whose lock errors need only be logged, add `on_error = \"log\"` (then any type with `Default` may be returned)"
 )]
 pub trait Outcome: Sized {
     /// The success type.
@@ -180,6 +194,38 @@ pub struct Returns<R, E> {
     map_err: fn(Error) -> E,
     from_err: fn(E) -> R,
     is_ok: fn(&R) -> bool,
+}
+
+/// The return type of a fn with `on_error = "log"`.
+#[diagnostic::on_unimplemented(
+    message = "`on_error = \"log\"` returns `Default::default()` when the lock is not held, but `{Self}` has no `Default`",
+    label = "`{Self}` does not implement `Default`",
+    note = "return `()`, an `Option<T>` or another type with `Default`; or remove `on_error = \"log\"` and return `Result<T, E>` with `E: From<distlock::Error>`"
+)]
+pub trait LoggedValue {
+    /// What a call whose lock failed returns.
+    fn not_run() -> Self;
+}
+
+impl<T: Default> LoggedValue for T {
+    fn not_run() -> Self {
+        T::default()
+    }
+}
+
+/// `on_error = "log"`: a lock error becomes a `warn` event and the fn returns
+/// `Default::default()`.
+pub fn returns_logged<R: LoggedValue>() -> Returns<R, ()> {
+    Returns {
+        map_err: log_error,
+        from_err: |()| R::not_run(),
+        // Any value is the body's own answer: a loss after it finished is logged instead.
+        is_ok: |_| true,
+    }
+}
+
+fn log_error(error: Error) {
+    tracing::warn!(error = %error, "locked call not run: the lock was not held");
 }
 
 /// A locked fn returning `R` whose error type converts with `From<distlock::Error>`.
@@ -554,7 +600,14 @@ where
         Ok(guard) => guard,
         Err(error) => {
             return match (on_busy, &error) {
-                (OnBusy::Skip(skipped), Error::Busy { .. } | Error::Timeout { .. }) => skipped(),
+                (OnBusy::Skip(skipped), Error::Busy { .. } | Error::Timeout { .. }) => {
+                    tracing::info!(
+                        r#fn = spec.site,
+                        key = spec.template,
+                        "locked call skipped: the lock is held elsewhere"
+                    );
+                    skipped()
+                }
                 _ => returns.error(error),
             }
         }
@@ -602,7 +655,13 @@ async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error
     let mut request = request
         .ttl(spec.ttl)
         .wait(spec.wait)
-        .watchdog(spec.renew_every.is_some());
+        .watchdog(spec.renew_every.is_some())
+        .label(spec.template)
+        .site(spec.site)
+        .record_name(spec.record_key);
+    if let Some(min) = spec.min_hold {
+        request = request.min_hold(min);
+    }
     if let Some(period) = spec.renew_every {
         request = request.renew_every(period);
     }

@@ -297,6 +297,7 @@ fn record(shared: &Shared, batch: &[Due], replies: &[NodeReplies], quorum: usize
             entry.watch.lease.declare_lost();
             entries.remove(&d.id);
         } else {
+            entry.watch.lease.labels.renewal_failed();
             entry.due = Instant::now() + RETRY_AFTER;
         }
     }

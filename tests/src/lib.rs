@@ -17,6 +17,8 @@
 //! * [`Keeper`] — owns one such deployment for a whole test binary.
 //! * [`Observer`] — occupancy and lost-update probes for mutual-exclusion
 //!   tests, shared by several processes through a separate server.
+//! * [`PostgresServer`] — a private PostgreSQL (`initdb` into a temp dir, the
+//!   server on a free loopback port) for the fenced-write example.
 //!
 //! `redis-server` is found through `DISTLOCK_REDIS_SERVER` or `PATH`
 //! (see [`ensure_redis_available`]). Linux only: the kit relies on
@@ -39,6 +41,7 @@ mod kit {
     pub(crate) mod cluster;
     pub(crate) mod keeper;
     pub(crate) mod observer;
+    pub(crate) mod postgres;
     pub(crate) mod procfs;
     pub(crate) mod proxy;
     pub(crate) mod sentinel;
@@ -54,6 +57,7 @@ pub use kit::binary::{
 pub use kit::cluster::RedisCluster;
 pub use kit::keeper::Keeper;
 pub use kit::observer::Observer;
+pub use kit::postgres::{ensure_postgres_available, PostgresServer, PG_BINDIR_ENV, PG_USER_ENV};
 pub use kit::proxy::FaultProxy;
 pub use kit::sentinel::RedisSentinel;
 pub use kit::server::{RedisServer, RedisServerBuilder};
@@ -349,6 +353,19 @@ mod tests {
         deployment.server_mut(0).restart();
         deployment.wait_settled();
         assert_eq!(deployment.master(), Some(promoted));
+    }
+
+    #[test]
+    fn private_postgres_starts_and_leaves_nothing_behind() {
+        let pg = PostgresServer::start();
+        let (pid, dir) = (pg.pid(), pg.socket_dir().to_owned());
+        assert!(pg.is_running());
+        assert!(dir.join(format!(".s.PGSQL.{}", pg.port())).exists());
+        std::net::TcpStream::connect(("127.0.0.1", pg.port())).expect("TCP connect");
+        assert!(pg.conninfo().contains(&format!("port={}", pg.port())));
+        drop(pg);
+        assert!(!process_exists(pid));
+        assert!(!dir.exists());
     }
 
     #[test]

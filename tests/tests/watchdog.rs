@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, client, lock_key};
+use common::{as_other_owner, client, lock_key, pttl};
 use distlock::{Client, Error};
 use distlock_testkit::RedisServer;
 use redis::AsyncCommands;
@@ -13,15 +13,6 @@ use redis::AsyncCommands;
 fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.commandstats();
     stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
-}
-
-async fn pttl(server: &RedisServer, name: &str) -> i64 {
-    server
-        .async_connection()
-        .await
-        .pttl(lock_key(name))
-        .await
-        .expect("PTTL")
 }
 
 /// How long a test waits for an event that should come far sooner; only a broken watchdog

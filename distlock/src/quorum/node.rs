@@ -44,6 +44,9 @@ pub(crate) struct NodeSettings {
     pub(crate) response_timeout: Duration,
     /// `Some(delay)`: trust a node only once its server has been up for `delay`.
     pub(crate) restart_guard: Option<Duration>,
+    /// PEM root certificate(s) to trust instead of the webpki roots (`rediss://` only).
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_cert: Option<Vec<u8>>,
 }
 
 pub(crate) struct Node {
@@ -107,7 +110,7 @@ impl Node {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(resp3)).map_err(bad_url)?;
+        let client = open_client(info.set_redis_settings(resp3), settings).map_err(bad_url)?;
         let health = Arc::new(Health::default());
         // The push handler lives inside the connection, so it must not own the connection
         // (a cycle would leak it): it only flags the node and wakes the monitor task.
@@ -368,6 +371,23 @@ fn parse_server_info(info: &str) -> Option<ServerInfo> {
         .and_then(|s| s.parse().ok())
         .map_or(Duration::ZERO, Duration::from_secs);
     Some(ServerInfo { run_id, uptime })
+}
+
+/// The redis-rs client for one node, trusting the configured root certificate if any.
+fn open_client(
+    info: redis::ConnectionInfo,
+    settings: &NodeSettings,
+) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let Some(root) = &settings.tls_root_cert {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root.clone()),
+        };
+        return redis::Client::build_with_tls(info, certificates);
+    }
+    let _ = settings;
+    redis::Client::open(info)
 }
 
 fn connect_error(addr: &str, source: redis::RedisError) -> Error {

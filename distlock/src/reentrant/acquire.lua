@@ -1,12 +1,14 @@
 -- Take or re-enter the lock. One hash per lock:
 --   owner      the holding owner (client id : context)
 --   fence      the fencing token of the current tenure
---   h:<nonce>  one field per live acquisition of the owner (its re-entry depth is their count)
+--   h:<nonce>  one field per live acquisition of the owner (its re-entry depth is their count);
+--              the value says who took it (host, pid, call site, time), for inspection
 -- A field per acquisition, not a counter, makes every call idempotent: a retried acquire finds
 -- its field and counts nothing twice, a retried or stale release finds no field and frees
 -- nothing, and a guard left from an earlier tenure cannot release the owner's new hold.
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce; ARGV[3]
+-- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce, ARGV[6] who
+-- takes it (stored for inspection, never compared); ARGV[3]
 -- (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes retries safe and
 -- the busy answer costs nothing extra
 -- Returns {1, fencing token} when held, {0, holder's remaining ms} when busy,
@@ -26,7 +28,7 @@ local left = redis.call('pttl', KEYS[1])
 if owner == ARGV[1] then
   -- Re-entry (or this acquisition retried) keeps the tenure's token, and never shortens the
   -- lease: an outer hold of the same owner may count on a longer one.
-  redis.call('hset', KEYS[1], 'h:' .. ARGV[5], 1)
+  redis.call('hset', KEYS[1], 'h:' .. ARGV[5], ARGV[6])
   if left < ttl then
     redis.call('pexpire', KEYS[1], ttl)
   end
@@ -46,7 +48,7 @@ if left == -2 then
     fence = floor
     redis.call('set', KEYS[2], string.format('%.0f', fence))
   end
-  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', fence, 'h:' .. ARGV[5], 1)
+  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', fence, 'h:' .. ARGV[5], ARGV[6])
   redis.call('pexpire', KEYS[1], ttl)
   return {1, fence}
 end

@@ -20,13 +20,7 @@ if s.writer == owner and s.writes[nonce] then
   end
   left = s.wuntil - now
 elseif s.reads[nonce] == owner then
-  local r = s.readers[owner]
-  if now + ttl > r.ends then
-    r.ends = now + ttl
-    redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
-    s.dirty = true
-  end
-  left = r.ends - now
+  left = renew_read(s, owner, now, ttl) - now
 end
 if s.dirty then
   settle(s, now)

@@ -8,7 +8,7 @@
 --   writer-until        when its lease ends: server time, ms since the epoch
 --   writer-fence        the fencing token of the write tenure
 --   w:<nonce>           one field per live write acquisition (the writer's re-entry depth
---                       is their count)
+--                       is their count); the value says who took it, for inspection
 --   r:<nonce>           one field per live read acquisition; the value is its owner
 --   read-until:<owner>  when that reader's lease ends (server time, ms)
 --   intent:<owner>      a waiting writer's intent, which ends at this server time (ms)
@@ -102,11 +102,16 @@ local function load(now)
         redis.call('hdel', KEYS[1], f)
         s.dirty = true
       end
-    elseif f == 'owner' then
-      return nil, {-3, 'reentrant'}
     else
-      return nil, {-1, 'hash that is not a read/write lock'}
+      -- Judged after the loop: a hash's fields come in no fixed order.
+      s.foreign = s.foreign or f
     end
+  end
+  if s.foreign then
+    if redis.call('hexists', KEYS[1], 'owner') == 1 then
+      return nil, {-3, 'reentrant'}
+    end
+    return nil, {-1, 'hash that is not a read/write lock'}
   end
   if s.writer and not (s.wuntil and s.wfence) then
     return nil, {-1, 'hash that is not a read/write lock'}
@@ -205,6 +210,18 @@ local function others_intend(s, owner)
     end
   end
   return false
+end
+
+-- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another
+-- of its holds may count on it). The owner must be a live reader.
+local function renew_read(s, owner, now, ttl)
+  local r = s.readers[owner]
+  if now + ttl > r.ends then
+    r.ends = now + ttl
+    redis.call('hset', KEYS[1], 'read-until:' .. owner, int(r.ends))
+    s.dirty = true
+  end
+  return r.ends
 end
 
 -- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never

@@ -29,6 +29,10 @@ if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) t
   end
   if s.reads[nonce] ~= owner then
     add_read(s, owner, nonce, now, ttl)
+  else
+    -- This acquisition retried after its reply was lost: the client measures the lease from
+    -- the retry, so the server must renew it from now too (spec/: found by the rwlock model).
+    renew_read(s, owner, now, ttl)
   end
   settle(s, now)
   return {1, fence}

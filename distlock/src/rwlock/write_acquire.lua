@@ -1,14 +1,15 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce;
+-- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
+-- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared);
 -- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
 -- find its own hold
 -- Returns {1, fencing token} when held, {0, ms until the next attempt at the latest} when busy,
 -- {-1, type} when a key holds something that is not one of our locks, {-2, 'upgrade'} when
 -- the owner holds only the read lock (refused for good: see below), {-3, mode} when the name
 -- is held as a lock of another mode.
-local owner, ttl, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+local owner, ttl, nonce, holder = ARGV[1], tonumber(ARGV[2]), ARGV[5], ARGV[6]
 local now, now_us = server_ms()
 local s, refused = load(now)
 if not s then
@@ -18,7 +19,7 @@ if s.writer == owner then
   -- Re-entry (or this acquisition retried) keeps the tenure's token and never shortens the
   -- lease.
   if not s.writes[nonce] then
-    redis.call('hset', KEYS[1], 'w:' .. nonce, 1)
+    redis.call('hset', KEYS[1], 'w:' .. nonce, holder)
     s.writes[nonce] = true
     s.nwrites = s.nwrites + 1
   end
@@ -50,7 +51,7 @@ if not s.writer and s.nreaders == 0 then
   s.writes[nonce] = true
   s.nwrites = 1
   redis.call('hset', KEYS[1], 'writer', owner, 'writer-until', int(s.wuntil),
-    'writer-fence', int(fence), 'w:' .. nonce, 1)
+    'writer-fence', int(fence), 'w:' .. nonce, holder)
   if s.intents[owner] then
     redis.call('hdel', KEYS[1], 'intent:' .. owner)
     s.intents[owner] = nil

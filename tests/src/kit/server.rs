@@ -43,6 +43,14 @@ const MAX_PORT: u16 = u16::MAX - 10_000;
 pub struct RedisServerBuilder {
     config_file: Option<PathBuf>,
     args: Vec<String>,
+    tls: Option<TlsFiles>,
+}
+
+/// Certificate and key files of a TLS listener (see [`RedisServerBuilder::tls`]).
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 impl RedisServerBuilder {
@@ -68,6 +76,17 @@ impl RedisServerBuilder {
     /// extra arguments, which override it). Sentinels need one: they rewrite it.
     pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.config_file = Some(path.into());
+        self
+    }
+
+    /// Also listens for TLS on a second free loopback port ([`RedisServer::tls_url`]), with
+    /// this PEM certificate chain and private key; clients need no certificate of their own
+    /// (`--tls-auth-clients no`). The plain port stays open for the kit's own checks.
+    pub fn tls(mut self, cert_pem: impl Into<PathBuf>, key_pem: impl Into<PathBuf>) -> Self {
+        self.tls = Some(TlsFiles {
+            cert: cert_pem.into(),
+            key: key_pem.into(),
+        });
         self
     }
 
@@ -122,6 +141,8 @@ impl RedisServerBuilder {
             password: requirepass(&self.args),
             args: self.args.clone(),
             port,
+            tls: self.tls.clone(),
+            tls_port: None,
             child: None,
             pid: 0,
             paused: false,
@@ -154,6 +175,9 @@ pub struct RedisServer {
     args: Vec<String>,
     password: Option<String>,
     port: u16,
+    tls: Option<TlsFiles>,
+    /// The TLS listener's port, when started with [`RedisServerBuilder::tls`].
+    tls_port: Option<u16>,
     child: Option<Child>,
     pid: u32,
     paused: bool,
@@ -199,6 +223,13 @@ impl RedisServer {
     /// `--requirepass` was given; see [`connection_info`](Self::connection_info)).
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr())
+    }
+
+    /// `"rediss://127.0.0.1:<tls port>/"` for a server started with
+    /// [`RedisServerBuilder::tls`], else `None`.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("rediss://127.0.0.1:{port}/"))
     }
 
     /// Connection parameters, including the password if the server was
@@ -422,6 +453,9 @@ impl RedisServer {
             .try_clone()
             .map_err(|e| format!("duplicating {}: {e}", stdio_path.display()))?;
         self.log_mark = LogMark::at_end_of(&self.log_path(), &stdio_path);
+        if self.tls.is_some() && self.tls_port.is_none() {
+            self.tls_port = Some(free_ports_except(1, self.port)?[0]);
+        }
 
         let mut command = Command::new(&self.binary);
         if let Some(config) = &self.config_file {
@@ -436,6 +470,7 @@ impl RedisServer {
             .arg("--logfile")
             .arg(self.log_path())
             .args(["--enable-debug-command", "local", "--protected-mode", "no"])
+            .args(self.tls_args())
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -460,6 +495,8 @@ impl RedisServer {
                     PortConflict::PickNewPort if ports_tried < FRESH_PORT_ATTEMPTS => {
                         ports_tried += 1;
                         self.port = free_ports(1)?[0];
+                        // Either listener may have lost its port: pick both again.
+                        self.tls_port = None;
                     }
                     // Backoff, not synchronisation: there is no event for
                     // "another process released the port".
@@ -510,6 +547,9 @@ impl RedisServer {
             }
             if self.ping(PROBE_TIMEOUT).is_ok()
                 && procfs::owns_loopback_listener(self.pid, self.port)
+                && self
+                    .tls_port
+                    .is_none_or(|port| procfs::owns_loopback_listener(self.pid, port))
             {
                 return Launch::Ready;
             }
@@ -522,6 +562,22 @@ impl RedisServer {
                 ));
             }
             thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn tls_args(&self) -> Vec<String> {
+        match (&self.tls, self.tls_port) {
+            (Some(files), Some(port)) => vec![
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                files.cert.display().to_string(),
+                "--tls-key-file".into(),
+                files.key.display().to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ],
+            _ => Vec::new(),
         }
     }
 
@@ -610,7 +666,12 @@ fn tail(output: &str) -> String {
 
 /// `n` distinct free loopback ports. The listeners are held until all are
 /// picked so one batch never gets the same port twice.
-fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    free_ports_except(n, 0)
+}
+
+/// Like [`free_ports`], never returning `taken` (a port this server already uses).
+fn free_ports_except(n: usize, taken: u16) -> Result<Vec<u16>, String> {
     let mut held = Vec::with_capacity(n);
     let mut ports = Vec::with_capacity(n);
     let mut attempts = 0;
@@ -627,7 +688,7 @@ fn free_ports(n: usize) -> Result<Vec<u16>, String> {
             .local_addr()
             .map_err(|e| format!("reading the bound port: {e}"))?
             .port();
-        if port <= MAX_PORT {
+        if port <= MAX_PORT && port != taken {
             ports.push(port);
         }
         held.push(listener);
@@ -661,7 +722,7 @@ fn raw_ping(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
 
 /// Makes the child get SIGKILL when the spawning thread exits, so servers
 /// never outlive a test process that was itself SIGKILLed.
-fn die_with_spawning_thread(command: &mut Command) {
+pub(crate) fn die_with_spawning_thread(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs between fork and exec and only calls the
     // async-signal-safe prctl, getppid and raise; it allocates nothing.
@@ -682,7 +743,7 @@ fn die_with_spawning_thread(command: &mut Command) {
 
 /// Only ever called with the pid of an unreaped child of ours, so the pid
 /// cannot have been recycled for somebody else's process.
-fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
     // SAFETY: kill(2) has no memory-safety preconditions.
     if unsafe { libc::kill(pid, signal) } == 0 {

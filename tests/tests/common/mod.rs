@@ -18,6 +18,17 @@ pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
+/// The lock key's remaining ttl in ms as the server sees it (-2: no key).
+pub async fn pttl(server: &RedisServer, name: &str) -> i64 {
+    use redis::AsyncCommands;
+    server
+        .async_connection()
+        .await
+        .pttl(lock_key(name))
+        .await
+        .expect("PTTL")
+}
+
 /// Runs `f` as an owner distinct from the calling task.
 pub async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
     LockContext::new().scope(f).await

@@ -17,16 +17,20 @@
  *   fence   each token handed to a guard is above every token handed before
  *   final   once every call returned and every background release finished, no key is
  *           left (except one whose release gave up when its lease had run out on the
- *           client's clock, guard.rs 425-446: it expires by itself)
+ *           client's clock, guard.rs 247-268: it expires by itself)
  *
  * Variants (-D):
  *   RESTART        the server may restart once without persistence (lock and counter
  *                  gone, the clock goes on)
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                   -> mutex fails
+ *   FAILOVER       with RESTART: the "restart" is a failover to a replica that lagged: the
+ *                  lock was not replicated and the counter is one increment behind
  *   OLD_FENCE      a new counter starts at 1 (INCR alone)                -> fence fails
- *   FIX_GIVE_BACK  proposed fix for finding 1 (README): after giving back a grant that came
- *                  too late, the next attempts use a new token
+ *   OLD_FLOOR      the floor only for a new counter (INCR gave 1), as before the fence
+ *                  floor on every acquisition; with FAILOVER             -> fence fails
+ *   OLD_GIVE_BACK  finding 1 (spec/README.md), fixed in lock.rs: after giving back a grant
+ *                  that came too late, the next attempts keep the same token -> mutex fails
  */
 
 #ifndef NC
@@ -69,7 +73,7 @@ int  ctr = 0;                   /* the fencing counter; 0 = absent */
 bool restarted = false;
 
 /* ---- clients (globals so that a tick can age them) ----
-   Tokens: client c's acquisition is 2c+1 (2c+2 after a give-back with FIX_GIVE_BACK): a
+   Tokens: client c's acquisition is 2c+1 (2c+2 after a give-back): a
    byte, not 128 random bits, but as unique. */
 byte gst[NC];                   /* guard state (common.pml G_*) */
 byte gleft[NC];                 /* guard validity left: held while > 0 */
@@ -77,7 +81,7 @@ byte age[NC];                   /* 0: nothing in flight; else 1 + ticks since th
 byte rleft[NC];                 /* its release's lease left (client.pml) */
 byte bgown[NBG];                /* background release: owner (0 = slot free) */
 byte bgnonce[NBG];              /* ... its token */
-byte bgleft[NBG];               /* ... and time left before it gives up (guard.rs 439) */
+byte bgleft[NBG];               /* ... and time left before it gives up (guard.rs 261, 285) */
 
 /* ---- ghosts ---- */
 int  maxtok = 0;                /* largest fencing token issued so far */
@@ -143,19 +147,30 @@ active proctype Crash()
 {
 end:
   if
+#ifdef FAILOVER
+  :: atomic { key = 0; kleft = 0; ktok = 0; ctr = (ctr > 0 -> ctr - 1 : 0); restarted = true }
+#else
   :: atomic { key = 0; kleft = 0; ktok = 0; ctr = 0; restarted = true }
+#endif
   fi
 }
 #endif
 
-/* INCR, and a new counter starts at the server clock in us (acquire.lua 13, 19-27).
-   OLD_FENCE: INCR alone (acquire.lua 11 at 5e3c280). */
+/* INCR, and the token is never below the server clock (the fence floor, acquire.lua).
+   The model's `us` stands for the floor (the clock's millisecond in us): tokens stay at or
+   below it, so it is above every token issued before.
+   OLD_FENCE: INCR alone (acquire.lua 11 at 5e3c280). OLD_FLOOR: the clock only for a new
+   counter (INCR gave 1), as at 9b4a670. */
 inline MINT() {
   TICK_US;
   ctr++;
 #ifndef OLD_FENCE
   if
+#ifdef OLD_FLOOR
   :: ctr == 1 -> ctr = us
+#else
+  :: ctr < us -> ctr = us
+#endif
   :: else
   fi;
 #endif
@@ -226,12 +241,12 @@ inline SPAWN_RELEASE(me, tok, until) {
 #include "client.pml"
 
 /* Client c (owner c + 1): one acquisition with a token of its own (2c+1; 2c+2 after a
-   give-back with FIX_GIVE_BACK), ttl TS or TL; if held, maybe one renewal (client 0); then
+   give-back), ttl TS or TL; if held, maybe one renewal (client 0); then
    the release. */
 proctype Client(byte c)
 {
   byte id, ttl, att, res, r, rem, ettl;
-  bool unsure, dropped;
+  bool unsure;
 
   atomic {
     id = 2 * c + 1;
@@ -272,6 +287,13 @@ proctype Client(byte c)
 #define BG_IDLE (bgown[0] + bgown[1] + bgown[2] + bgown[3] == 0)
 #endif
 
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and no key left (one abandoned by a release
+   that gave up expires with its lease). */
+ltl settles { <> [] (ndone == NC && BG_IDLE && key == 0) }
+#endif
+
 init {
   atomic {
     run Client(0); run Client(1);
@@ -284,4 +306,10 @@ init {
   atomic {
     ndone == NC && BG_IDLE -> assert(key == 0 || (abandoned & (1 << key)) != 0)
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever, so the run the claim judges is infinite (spin's
+     fair-cycle search does not stutter-extend a run that stops). */
+  do :: ndone == NC od
+#endif
 }

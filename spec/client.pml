@@ -15,7 +15,7 @@
  *            AFTER_ACQUIRE(me, n, r)          checks in the step that ran the acquire script
  *            UNSURE(b)                        sets `unsure` where the script reads it
  *                                             (setnx: ARGV[3]); else nothing
- * and the calling proctype declares byte att, res, r, rem; bool unsure, dropped. A renewal
+ * and the calling proctype declares byte att, res, r, rem; bool unsure. A renewal
  * is written by the model (the is_held() check and the extend request in one step), then
  * EXTEND_REPLY. NO_CANCEL leaves out dropped acquire futures.
  *
@@ -81,10 +81,10 @@ inline ACQUISITION(c_, g_, me_, n_, ttl_, lossy_, maxatt_) {
               assert(MUTEX);                    /* property 1 */
               res = R_GOT
          :: r == 1 && age[c_] - 1 + DRIFT >= ttl_ ->        /* lock.rs 188-191: too late */
-              SPAWN_RELEASE(me_, n_, ttl_);     /* give_back, then on as if busy, */
-#ifdef FIX_GIVE_BACK                            /* with the same id (finding 1) */
-              n_ = n_ + 1;                      /* the fix: a new id for the next attempts */
-              UNSURE(false);
+              SPAWN_RELEASE(me_, n_, ttl_);     /* give_back, then on as if busy */
+#ifndef OLD_GIVE_BACK                           /* with a new id and unsure reset, so the */
+              n_ = n_ + 1;                      /* give-back cannot delete the next hold */
+              UNSURE(false);                    /* (finding 1, README.md) */
 #endif
               res = R_BUSY
          :: r == 0 -> res = R_BUSY              /* lock.rs 194-196 */
@@ -97,9 +97,9 @@ inline ACQUISITION(c_, g_, me_, n_, ttl_, lossy_, maxatt_) {
   att = 0
 }
 
-/* The reply to a renewal of guard g_ (ttl ettl_) by client c_: guard.rs extend() 339-345,
+/* The reply to a renewal of guard g_ (ttl ettl_) by client c_: guard.rs extend() 149-168,
    lease.rs renewed(). The request went out in the caller's step, with the is_held() check
-   (guard.rs 329-338: no await in between). */
+   (guard.rs 151-154: no await in between). */
 inline EXTEND_REPLY(c_, g_, ettl_, lossy_) {
   atomic {
     if
@@ -122,28 +122,26 @@ inline EXTEND_REPLY(c_, g_, ettl_, lossy_) {
   }
 }
 
-/* guard.rs release() of guard g_ by client c_. The guard is consumed and the release sent; after a
-   transport failure (request or reply lost) it is sent again while the lease lasts
-   (release_retrying, guard.rs 425-446); once that stops, the guard's Drop sends it once
-   more from a task of its own (`dropped`, guard.rs 405-419, same rule); then it gives up
-   and the key ends with its lease. A retry that finds nothing counts as released.
-   rleft[c_]: the lease left (the release's `until`), counted down only while a failure
-   may still come. */
+/* guard.rs release() (177-204) of guard g_ by client c_. The guard is consumed and the
+   release sent; after a transport failure (request or reply lost) it is sent again while the
+   lease lasts (release_retrying, 247-268: `until` is the guard's validity, 179). Once that
+   stops, release() returns the error and the guard's Drop (228-241) hands the release to a
+   task of its own (spawn_release, 274-290), whose release_retrying sends it once more
+   whatever `until` says, and then gives up: the key ends with its lease. Dropping the future
+   of release() after the request went out also ends in Drop (NO_CANCEL leaves that out).
+   A retry that finds nothing counts as released (260). rleft[c_]: the lease left (the
+   release's `until`), counted down only while a failure may still come. */
 #define RL_SEND 1
 #define RL_RAN  2
-inline RL_FAILED(c_, n_) {
+inline RL_FAILED(c_, me_, n_) {
   if
   :: rleft[c_] > 0 -> res = RL_SEND              /* the lease lasts: sent again */
-  :: else ->
-       if
-       :: !dropped -> dropped = true; res = RL_SEND   /* Drop: once more, in the background */
-       :: else -> abandoned = abandoned | (1 << n_); res = 0   /* given up */
-       fi
+  :: else -> SPAWN_RELEASE(me_, n_, 0); res = 0  /* Err; Drop: once more, in a task */
   fi
 }
 inline RL_SENDING(c_, me_, n_, lossy_) {
   if
-  :: lossy_ && MAYFAIL -> faults++; RL_FAILED(c_, n_)         /* request lost */
+  :: lossy_ && MAYFAIL -> faults++; RL_FAILED(c_, me_, n_)    /* request lost */
   :: RELEASE(me_, n_, r); r = 0; res = RL_RAN
   fi
 }
@@ -157,10 +155,13 @@ inline GUARD_RELEASE(c_, g_, me_, n_, lossy_) {
   :: atomic { res == RL_SEND -> RL_SENDING(c_, me_, n_, lossy_) }
   :: atomic { res == RL_RAN ->                  /* the reply */
        if
-       :: lossy_ && MAYFAIL -> faults++; RL_FAILED(c_, n_)    /* lost */
+       :: lossy_ && MAYFAIL -> faults++; RL_FAILED(c_, me_, n_)   /* lost */
+#ifndef NO_CANCEL
+       :: lossy_ -> SPAWN_RELEASE(me_, n_, rleft[c_]); res = 0    /* future dropped: Drop */
+#endif
        :: res = 0
        fi }
-  :: atomic { res == 0 -> rleft[c_] = 0; dropped = false; break }
+  :: atomic { res == 0 -> rleft[c_] = 0; break }
   od
 }
 

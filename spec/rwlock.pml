@@ -31,9 +31,11 @@
  *            within min(ttl, 2 s) by design, write_acquire.lua 62-70)
  *
  * Variants (-D):
- *   FIX_READ_RETRY  proposed fix for finding 2 (README): a read acquire that finds its own
- *                   acquisition (a retry) still makes the owner's read lease last the ttl
- *   FIX_GIVE_BACK   proposed fix for finding 1 (README)
+ *   OLD_READ_RETRY  finding 2 (spec/README.md), fixed in read_acquire.lua: a read acquire
+ *                   that finds its own acquisition (a retry) leaves the owner's read lease
+ *                   as it is                                -> reentry fails (with
+ *                   NO_REENTRY_CHECK: mutex)
+ *   OLD_GIVE_BACK   finding 1 (spec/README.md), fixed in lock.rs   -> mutex fails
  */
 
 #ifndef MAXATT
@@ -132,6 +134,7 @@ inline TICK() {
 
 /* read_acquire.lua (me, nonce n) and write_acquire.lua; r: 1 held, 0 busy, 2 upgrade. */
 inline ACQUIRE(me, n, ttl, unsure, r) {
+#ifndef OLD_RELEASE
   if
   :: nmode[n] == M_R ->
        if
@@ -144,9 +147,9 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
                  fi
-            :: else ->                                        /* this acquisition retried */
-#ifdef FIX_READ_RETRY
-                 if
+            :: else ->                                        /* this acquisition retried: */
+#ifndef OLD_READ_RETRY                                        /* the lease raised as by */
+                 if                                           /* add_read (finding 2) */
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
                  fi
@@ -170,7 +173,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
        :: writer == 0 && !READER(me) && !READER(OTHER(me)) -> /* 40: free */
             TICK_US; ctr++;                                   /* 41: mint, prelude 234-244 */
             if
-            :: ctr == 1 -> ctr = us
+            :: ctr < us -> ctr = us                /* the fence floor */
             :: else
             fi;
             assert(ctr > maxtok); maxtok = ctr;               /* property 3 */
@@ -182,10 +185,41 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
             r = 0
        fi
   fi
+#else
+  /* 5e3c280: a count per owner, no nonce (read:<owner>, writer-count). */
+  if
+  :: nmode[n] == M_R ->
+       if
+       :: READER(me) || writer == me || (writer == 0 && intent[OTHER(me)] == 0) ->
+            rmask[me]++;                                      /* add_read: hincrby */
+            if
+            :: rlease[me] < ttl -> rlease[me] = ttl
+            :: else
+            fi;
+            r = 1
+       :: else -> r = 0
+       fi
+  :: nmode[n] == M_W ->
+       if
+       :: writer == me -> wmask++;                            /* 15-17: hincrby count */
+            if
+            :: wleft < ttl -> wleft = ttl
+            :: else
+            fi;
+            r = 1
+       :: writer != me && READER(me) -> r = 2
+       :: writer == 0 && !READER(me) && !READER(OTHER(me)) ->
+            ctr++; assert(ctr > maxtok); maxtok = ctr;
+            writer = me; wleft = ttl; wmask = 1; intent[me] = 0; r = 1
+       :: else -> intent[me] = INTENT; r = 0
+       fi
+  fi
+#endif
 }
 
 /* read_release.lua / write_release.lua; r: 1 given back, 0 not held here. */
 inline RELEASE(me, n, r) {
+#ifndef OLD_RELEASE
   if
   :: nmode[n] == M_R ->
        if
@@ -210,18 +244,50 @@ inline RELEASE(me, n, r) {
             r = 1
        fi
   fi
+#else
+  /* 5e3c280 read_release.lua / write_release.lua: by owner only, one level */
+  if
+  :: nmode[n] == M_R ->
+       if
+       :: rmask[me] == 0 -> r = 0                             /* not a reader */
+       :: else -> rmask[me]--;                                /* hincrby -1 / hdel */
+            if
+            :: rmask[me] == 0 -> rlease[me] = 0
+            :: else
+            fi;
+            r = 1
+       fi
+  :: nmode[n] == M_W ->
+       if
+       :: writer != me -> r = 0
+       :: else -> wmask--;                                    /* writer-count - 1 */
+            if
+            :: wmask == 0 -> writer = 0; wleft = 0            /* hdel writer ... */
+            :: else
+            fi;
+            r = 1
+       fi
+  fi
+#endif
 }
 
 /* extend.lua; rem: the lease left after it, 0 when not held. */
+#ifdef OLD_RELEASE
+#define MINE_W(me, n) (writer == me && nmode[n] == M_W)      /* 5e3c280: by owner only */
+#define MINE_R(me, n) (rmask[me] != 0 && nmode[n] == M_R)
+#else
+#define MINE_W(me, n) (writer == me && (wmask & (1 << n)) != 0)
+#define MINE_R(me, n) ((rmask[me] & (1 << n)) != 0)
+#endif
 inline EXTEND(me, n, ttl, rem) {
   if
-  :: writer == me && (wmask & (1 << n)) != 0 ->               /* 15-21 */
+  :: MINE_W(me, n) ->               /* 15-21 */
        if
        :: wleft < ttl -> wleft = ttl
        :: else
        fi;
        rem = wleft
-  :: (rmask[me] & (1 << n)) != 0 ->                           /* 22-30 */
+  :: !MINE_W(me, n) && MINE_R(me, n) ->                      /* 22-30 */
        if
        :: rlease[me] < ttl -> rlease[me] = ttl
        :: else
@@ -242,8 +308,12 @@ inline SPAWN_RELEASE(me, n, until) {
 byte bi;
 
 /* Property 4 in the step that runs the acquire script. */
+#ifdef NO_REENTRY_CHECK           /* only to see what else finding 2 breaks */
+#define AFTER_ACQUIRE(me, n, r) skip
+#else
 #define AFTER_ACQUIRE(me, n, r) \
   assert(!(me == OWN_A && r == 0 && (A_HOLDS(M_W) || (nmode[n] == M_R && A_HOLDS(M_R)))))
+#endif
 
 #include "client.pml"
 
@@ -273,18 +343,26 @@ inline MODE(g, n) {
   nmode[n] = gmode[g]; nmode[n + 1] = gmode[g]
 }
 
+/* As in reentrant.pml: OLD_RELEASE runs without faults, so that its counterexample is the
+   stale guard's. */
+#ifdef OLD_RELEASE
+#define A_LOSSY false
+#else
+#define A_LOSSY true
+#endif
+
 proctype OwnerA()
 {
   byte ttl, att, res, r, rem, ettl, n0 = 1, n1 = 3;
-  bool unsure, dropped, acq0, acq1, ext;
+  bool unsure, acq0, acq1, ext;
 
   do
   :: !acq0 -> atomic { MODE(0, n0); ttl = TL };
-     ACQUISITION(0, 0, OWN_A, n0, ttl, true, MAXATT); atomic { acq0 = true; ttl = 0 }
+     ACQUISITION(0, 0, OWN_A, n0, ttl, A_LOSSY, MAXATT); atomic { acq0 = true; ttl = 0 }
   :: acq0 && !acq1 -> atomic { MODE(1, n1); ttl = TL };
-     ACQUISITION(0, 1, OWN_A, n1, ttl, true, MAXATT1); atomic { acq1 = true; ttl = 0 }
-  :: gst[0] == G_HELD || gst[0] == G_LOST -> GUARD_RELEASE(0, 0, OWN_A, n0, true)
-  :: gst[1] == G_HELD || gst[1] == G_LOST -> GUARD_RELEASE(0, 1, OWN_A, n1, true)
+     ACQUISITION(0, 1, OWN_A, n1, ttl, A_LOSSY, MAXATT1); atomic { acq1 = true; ttl = 0 }
+  :: gst[0] == G_HELD || gst[0] == G_LOST -> GUARD_RELEASE(0, 0, OWN_A, n0, A_LOSSY)
+  :: gst[1] == G_HELD || gst[1] == G_LOST -> GUARD_RELEASE(0, 1, OWN_A, n1, A_LOSSY)
   :: RENEW(0, n0)
   :: RENEW(1, n1)
   :: acq0 && acq1 && gst[0] != G_HELD && gst[0] != G_LOST && gst[1] != G_HELD && gst[1] != G_LOST ->
@@ -296,7 +374,7 @@ proctype OwnerA()
 proctype OwnerB()
 {
   byte ttl = TL, att, res, r, n = 5;
-  bool unsure, dropped;
+  bool unsure;
 
   atomic { MODE(2, n) };
   ACQUISITION(1, 2, OWN_B, n, ttl, false, WATT);
@@ -307,6 +385,12 @@ proctype OwnerB()
   ndone++
 }
 
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and nothing left on the server. */
+ltl settles { <> [] (ndone == 2 && bgown[0] + bgown[1] + bgown[2] + bgown[3] + bgown[4] == 0 && writer == 0 && rmask[1] + rmask[2] + intent[1] + intent[2] == 0) }
+#endif
+
 init {
   atomic {
     run OwnerA(); run OwnerB();
@@ -315,6 +399,15 @@ init {
   /* property 2: no hold left */
   atomic {
     ndone == 2 && bgown[0] + bgown[1] + bgown[2] + bgown[3] + bgown[4] == 0 ->
+#ifndef OLD_RELEASE
       assert(((wmask | rmask[1] | rmask[2]) & ~abandoned) == 0)
+#else
+      assert(wmask + rmask[1] + rmask[2] == 0 || abandoned != 0)
+#endif
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever (see setnx.pml). */
+  do :: ndone == 2 od
+#endif
 }

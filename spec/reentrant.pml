@@ -30,8 +30,8 @@
  *                  of the owner's new hold                           -> mutex fails
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                -> mutex fails
- *   FIX_GIVE_BACK  proposed fix for finding 1 (README): after giving back a grant that came
- *                  too late, the next attempts use a new nonce
+ *   OLD_GIVE_BACK  finding 1 (spec/README.md), fixed in lock.rs: after giving back a grant
+ *                  that came too late, the next attempts keep the same nonce -> mutex fails
  */
 
 #ifndef MAXATT
@@ -117,7 +117,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
   :: owner == 0 ->                              /* 35: left == -2, no key */
        TICK_US; ctr++;                          /* 36 */
        if
-       :: ctr == 1 -> ctr = us                  /* 41-47: a new counter starts at the clock */
+       :: ctr < us -> ctr = us                   /* the fence floor (the server clock) */
        :: else
        fi;
        assert(ctr > maxtok); maxtok = ctr;      /* property 3 */
@@ -213,7 +213,7 @@ byte bi;                        /* slot index (back to 0 after use: no state of 
 #include "client.pml"
 
 /* Renewal of guard g (nonce n) by owner A, once: is_held() checked and the request sent in
-   one step (guard.rs 327-338), then the reply. */
+   one step (guard.rs 151-154), then the reply. */
 inline RENEW(g, n) {
   atomic {
     !ext && held(g) ->
@@ -241,12 +241,12 @@ inline RENEW(g, n) {
 #define A_LOSSY true
 #endif
 
-/* Owner A: two acquisitions (nonces 1 and 3; 2 and 4 after a give-back with FIX_GIVE_BACK),
+/* Owner A: two acquisitions (nonces 1 and 3; 2 and 4 after a give-back),
    each released once, one renewal, in any order one task can make them. */
 proctype OwnerA()
 {
   byte ttl, att, res, r, rem, ettl, n0 = 1, n1 = 3;
-  bool unsure, dropped, acq0, acq1, ext;
+  bool unsure, acq0, acq1, ext;
 
   do
   :: !acq0 -> ttl = TL; ACQUISITION(0, 0, OWN_A, n0, ttl, A_LOSSY, MAXATT); atomic { acq0 = true; ttl = 0 }
@@ -267,7 +267,7 @@ proctype OwnerA()
 proctype OwnerB()
 {
   byte ttl = TL, att, res, r, n = 5;
-  bool unsure, dropped;
+  bool unsure;
 
   ACQUISITION(1, 2, OWN_B, n, ttl, false, WATT);
   if
@@ -276,6 +276,12 @@ proctype OwnerB()
   fi;
   ndone++
 }
+
+#ifdef LIVE
+/* property 2 as liveness, under weak fairness (pan -a -f): every run ends with every call
+   returned, every background release finished and nothing left on the server. */
+ltl settles { <> [] (ndone == 2 && bgown[0] + bgown[1] + bgown[2] + bgown[3] + bgown[4] == 0 && owner == 0) }
+#endif
 
 init {
   atomic {
@@ -291,4 +297,9 @@ init {
       assert(owner == 0 || abandoned != 0)
 #endif
   }
+#ifdef LIVE
+  ;
+  /* Everything returned: idle for ever (see setnx.pml). */
+  do :: ndone == 2 od
+#endif
 }

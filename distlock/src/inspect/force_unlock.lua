@@ -1,0 +1,40 @@
+-- Remove a lock whatever its owner, record why beside it, and wake its waiters. For
+-- operators (`Client::force_unlock`): the holder's next renewal is refused, so its guard
+-- reports the lease lost; a fencing token keeps its successor's writes ordered after it.
+-- KEYS[1] lock key, KEYS[2] last forced unlock record, KEYS[3] wake-up channel
+-- ARGV[1] reason, ARGV[2] who forces it (host and pid), ARGV[3] how long the record is kept
+-- in ms, ARGV[4] wake-up id
+-- Returns {1, mode, previous owner} when a lock was removed, {0} when there was none, {-1,
+-- type} when the key holds something that is not a lock (left untouched).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return {0}
+end
+-- Our locks always expire; anything else is the application's data.
+if redis.call('pttl', KEYS[1]) < 0 or (kind ~= 'string' and kind ~= 'hash') then
+  return {-1, kind}
+end
+local mode, owner
+if kind == 'string' then
+  mode, owner = 'setnx', redis.call('get', KEYS[1])
+else
+  owner = redis.call('hget', KEYS[1], 'owner')
+  if owner then
+    mode = 'reentrant'
+  else
+    mode = redis.call('hget', KEYS[1], 'mode') or 'read/write'
+    owner = redis.call('hget', KEYS[1], 'writer') or 'readers'
+  end
+end
+redis.call('del', KEYS[1])
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('del', KEYS[2])
+redis.call('hset', KEYS[2], 'reason', ARGV[1], 'by', ARGV[2], 'at', string.format('%.0f', now),
+  'mode', mode, 'previous', owner)
+redis.call('pexpire', KEYS[2], ARGV[3])
+redis.call('publish', KEYS[3], ARGV[4])
+return {1, mode, owner}

@@ -1,0 +1,25 @@
+-- Read a lock's whole state in one step, for `Client::inspect`. Writes nothing.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] last forced unlock (all one slot)
+-- Returns {type, pttl, payload, counter, forced, server ms}: payload is the value of a
+-- string lock (its owner token and who took it), the flat field list of a hash lock, or nil;
+-- counter is the fencing counter's value or nil; forced is the flat field list of the last
+-- forced unlock, or empty. Server time lets the client turn read/write leases (server ms)
+-- into remaining durations.
+local kind = redis.call('type', KEYS[1]).ok
+local payload = false
+if kind == 'string' then
+  payload = redis.call('get', KEYS[1])
+elseif kind == 'hash' then
+  payload = redis.call('hgetall', KEYS[1])
+end
+local counter = redis.pcall('get', KEYS[2])
+if type(counter) ~= 'string' then
+  counter = false
+end
+local forced = redis.pcall('hgetall', KEYS[3])
+if forced.err then
+  forced = {}
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {kind, redis.call('pttl', KEYS[1]), payload, counter, forced, now}

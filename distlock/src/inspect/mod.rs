@@ -1,0 +1,563 @@
+//! For operators: who holds a lock, listing locks, and removing one by force.
+//!
+//! Every hold carries a description of who took it (host, pid, call site, time), written by
+//! the acquire script in the same step as the hold (setnx: after the owner token in the
+//! lock's value; reentrant and write holds: as the value of the acquisition's field), so
+//! inspection costs the lock path nothing but those bytes.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{Script, Value};
+
+use crate::client::Client;
+use crate::error::{Error, Op};
+use crate::key::{LockKey, FORCED_SUFFIX};
+use crate::telemetry;
+use crate::token;
+
+static INSPECT: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+static FORCE_UNLOCK: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+
+/// How long the record of a forced unlock is kept beside the lock.
+pub const FORCED_RECORD_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The mode a lock is held in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockMode {
+    /// [`Client::lock`] (also a Redlock quorum's lock).
+    SetNx,
+    /// [`Client::reentrant`].
+    Reentrant,
+    /// [`Client::read`]: one or more readers hold it.
+    Read,
+    /// [`Client::write`].
+    Write,
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LockMode::SetNx => "setnx",
+            LockMode::Reentrant => "reentrant",
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+        })
+    }
+}
+
+/// Who took a hold, as stored with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner as the scripts compare it (setnx: the random token; other modes: client id
+    /// and task context).
+    pub owner: String,
+    /// The machine the holder runs on.
+    pub host: Option<String>,
+    /// The holder's process id.
+    pub pid: Option<u32>,
+    /// Where it was taken: the locked fn (attributes) or the `file:line` of the call.
+    pub site: Option<String>,
+    /// When it was taken, by the holder's clock.
+    pub acquired_at: Option<SystemTime>,
+}
+
+/// One reading owner of a read/write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reader {
+    /// Client id and task context.
+    pub owner: String,
+    /// Its read holds (re-entries count).
+    pub holds: u32,
+    /// Its lease's remaining time.
+    pub remaining: Duration,
+}
+
+/// The last forced unlock of a lock, kept beside it for a week.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForcedUnlock {
+    /// Why, as the operator said.
+    pub reason: String,
+    /// Host and pid of the process that forced it.
+    pub by: String,
+    /// When, by the server's clock.
+    pub at: SystemTime,
+    /// The mode the lock was held in.
+    pub mode: String,
+    /// The owner that lost it.
+    pub previous_owner: String,
+}
+
+/// A lock's state; see [`Client::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The mode it is held in; `None` when it is free (a read/write lock with only a waiting
+    /// writer's intent is free).
+    pub mode: Option<LockMode>,
+    /// How long the key lives unless renewed (the latest lease of any holder or intent).
+    pub remaining: Option<Duration>,
+    /// The exclusive holder (setnx, reentrant, or the writer), with the description of its
+    /// first acquisition.
+    pub holder: Option<Holder>,
+    /// The exclusive holder's acquisitions (re-entry depth), or the read holds in all.
+    pub hold_count: u32,
+    /// Readers of a read/write lock.
+    pub readers: Vec<Reader>,
+    /// Writers waiting for a read/write lock (they keep new readers out).
+    pub waiting_writers: Vec<String>,
+    /// The current holder's fencing token (read holds: the last writer's).
+    pub fencing_token: Option<u64>,
+    /// The last token issued for this name (held or not).
+    pub last_fencing_token: Option<u64>,
+    /// The last forced unlock, if one happened in the past week.
+    pub last_forced_unlock: Option<ForcedUnlock>,
+}
+
+impl LockInfo {
+    /// True while someone holds the lock.
+    pub fn is_held(&self) -> bool {
+        self.mode.is_some()
+    }
+}
+
+impl Client {
+    /// Reads who holds a lock, in any mode, in one atomic step: the holder (host, pid, call
+    /// site, when), remaining lease, re-entry count, readers, waiting writers, fencing token
+    /// and the last forced unlock. Changes nothing. On a quorum client the nodes are read one
+    /// after another and the first that answers with the lock held is reported (they may
+    /// disagree while a quorum forms).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// let info = locks.inspect("order:42").await?;
+    /// if let Some(holder) = &info.holder {
+    ///     println!("held by pid {:?} on {:?} since {:?}", holder.pid, holder.host, holder.acquired_at);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
+        let key = self.key(name.as_ref())?;
+        let mut first: Option<Result<LockInfo, Error>> = None;
+        for node in &self.inner().nodes.nodes {
+            let mut conn = node.conn.clone();
+            let reply: Result<Value, _> = INSPECT
+                .key(key.lock())
+                .key(key.fence_arg())
+                .key(key.forced_arg())
+                .invoke_async(&mut conn)
+                .await;
+            let info = reply
+                .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
+                .and_then(|v| parse_info(&key, v));
+            if matches!(&info, Ok(i) if i.is_held()) {
+                return info;
+            }
+            if first.as_ref().is_none_or(|f| f.is_err()) {
+                first = Some(info);
+            }
+        }
+        first.unwrap_or_else(|| Err(Error::config("the client has no nodes")))
+    }
+
+    /// Removes a lock whoever holds it, for an operator clearing a lock whose holder is stuck.
+    /// The `reason` (required, non-empty) is logged as a `warn` event and kept beside the lock
+    /// for a week with who forced it and when ([`LockInfo::last_forced_unlock`]); waiters are
+    /// woken. The holder's next renewal is refused, so its guard reports the lease lost; until
+    /// then it may still act as holder, which is what fencing tokens are for. Returns whether
+    /// a lock was removed. On a quorum client it is removed from every node.
+    pub async fn force_unlock(&self, name: impl AsRef<[u8]>, reason: &str) -> Result<bool, Error> {
+        let key = self.key(name.as_ref())?;
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(Error::config(
+                "force_unlock needs a reason: it is logged and kept beside the lock",
+            ));
+        }
+        let by = token::holder(&"force_unlock");
+        let wake = if self.is_quorum() {
+            token::wake_id()
+        } else {
+            String::new()
+        };
+        let mut removed = None;
+        let mut last_error = None;
+        for node in &self.inner().nodes.nodes {
+            let mut conn = node.conn.clone();
+            let reply: Result<Value, _> = FORCE_UNLOCK
+                .key(key.lock())
+                .key(key.forced_arg())
+                .key(key.channel_arg())
+                .arg(reason)
+                .arg(&by)
+                .arg(FORCED_RECORD_KEPT.as_millis() as u64)
+                .arg(&wake)
+                .invoke_async(&mut conn)
+                .await;
+            match reply {
+                Ok(Value::Array(items)) => match items.first() {
+                    Some(Value::Int(1)) => {
+                        let mode = items.get(1).and_then(text);
+                        removed = Some(mode);
+                    }
+                    Some(Value::Int(-1)) => {
+                        return Err(Error::WrongType {
+                            key: key.name().to_owned(),
+                            found: items.get(1).and_then(text).unwrap_or_default(),
+                        })
+                    }
+                    _ => {}
+                },
+                Ok(_) => {}
+                Err(e) => last_error = Some(Error::redis(Op::ForceUnlock, key.name(), e)),
+            }
+        }
+        if let Some(mode) = removed {
+            let mode = match mode.as_deref() {
+                Some("setnx") => Some("setnx"),
+                Some("reentrant") => Some("reentrant"),
+                Some("read") => Some("read"),
+                Some("write") => Some("write"),
+                _ => Some("read/write"),
+            };
+            telemetry::forced_unlock(mode, key.name(), reason);
+            return Ok(true);
+        }
+        match last_error {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
+    }
+
+    /// The names of the locks held now under this client's key prefix (a `SCAN`: fine for an
+    /// operator, not for a hot path), sorted.
+    pub async fn list(&self) -> Result<Vec<String>, Error> {
+        let prefix = self.inner().prefix.clone();
+        let pattern = if prefix.is_empty() {
+            "*".to_owned()
+        } else {
+            format!("{}:*", glob_escape(&prefix))
+        };
+        let mut names = BTreeSet::new();
+        for node in &self.inner().nodes.nodes {
+            let mut conn = node.conn.clone();
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| Error::Redis {
+                        op: Op::Inspect,
+                        key: None,
+                        source: e,
+                    })?;
+                let mut pipe = redis::pipe();
+                let candidates: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter(|k| !k.ends_with(FORCED_SUFFIX))
+                    .collect();
+                for k in &candidates {
+                    pipe.cmd("PTTL").arg(k);
+                }
+                let ttls: Vec<i64> = if candidates.is_empty() {
+                    Vec::new()
+                } else {
+                    pipe.query_async(&mut conn)
+                        .await
+                        .map_err(|e| Error::Redis {
+                            op: Op::Inspect,
+                            key: None,
+                            source: e,
+                        })?
+                };
+                // Locks always expire; fencing counters never do.
+                for (k, ttl) in candidates.iter().zip(ttls) {
+                    if ttl > 0 {
+                        if let Some(name) = name_of(&prefix, k) {
+                            names.insert(name);
+                        }
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+}
+
+/// The lock name a lock key was made from (see `key.rs`): the prefix and its `:` removed, and
+/// the braces the layout added around a name without a hash tag of its own.
+fn name_of(prefix: &str, key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(key).ok()?;
+    let rest = if prefix.is_empty() {
+        key
+    } else {
+        key.strip_prefix(prefix)?.strip_prefix(':')?
+    };
+    if let Some(inner) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        if !crate::key::has_hash_tag(inner) {
+            return Some(inner.to_owned());
+        }
+    }
+    Some(rest.to_owned())
+}
+
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn pairs(v: &Value) -> Vec<(String, String)> {
+    let Value::Array(items) = v else {
+        return Vec::new();
+    };
+    items
+        .chunks(2)
+        .filter_map(|c| Some((text(c.first()?)?, text(c.get(1)?)?)))
+        .collect()
+}
+
+/// Parses `host=..\tpid=..\tsite=..\tat=..` (see `token::holder`).
+fn described(owner: String, text: &str) -> Holder {
+    let mut h = Holder {
+        owner,
+        ..Holder::default()
+    };
+    for part in text.split('\t') {
+        match part.split_once('=') {
+            Some(("host", v)) => h.host = Some(v.to_owned()),
+            Some(("pid", v)) => h.pid = v.parse().ok(),
+            Some(("site", v)) => h.site = Some(v.to_owned()),
+            Some(("at", v)) => {
+                h.acquired_at = v
+                    .parse::<u64>()
+                    .ok()
+                    .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+            }
+            _ => {}
+        }
+    }
+    h
+}
+
+fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
+    let bad = || {
+        Error::redis(
+            Op::Inspect,
+            key.name(),
+            redis::RedisError::from((redis::ErrorKind::Parse, "unexpected inspect reply")),
+        )
+    };
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    let [kind, pttl, payload, counter, forced, now] = items.as_slice() else {
+        return Err(bad());
+    };
+    let kind = text(kind).ok_or_else(bad)?;
+    let pttl = match pttl {
+        Value::Int(ms) if *ms >= 0 => Some(Duration::from_millis(*ms as u64)),
+        _ => None,
+    };
+    let now = match now {
+        Value::Int(ms) => *ms,
+        _ => return Err(bad()),
+    };
+    let mut info = LockInfo {
+        name: key.name().to_owned(),
+        mode: None,
+        remaining: None,
+        holder: None,
+        hold_count: 0,
+        readers: Vec::new(),
+        waiting_writers: Vec::new(),
+        fencing_token: None,
+        last_fencing_token: text(counter).and_then(|c| c.parse().ok()),
+        last_forced_unlock: None,
+    };
+    let forced = pairs(forced);
+    if !forced.is_empty() {
+        let get = |k: &str| {
+            forced
+                .iter()
+                .find(|(f, _)| f == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        info.last_forced_unlock = Some(ForcedUnlock {
+            reason: get("reason"),
+            by: get("by"),
+            at: UNIX_EPOCH + Duration::from_millis(get("at").parse().unwrap_or(0)),
+            mode: get("mode"),
+            previous_owner: get("previous"),
+        });
+    }
+    match kind.as_str() {
+        "none" => {}
+        "string" => {
+            if pttl.is_none() {
+                return Err(Error::WrongType {
+                    key: key.name().to_owned(),
+                    found: "string without expiry".to_owned(),
+                });
+            }
+            let value = text(payload).unwrap_or_default();
+            let (owner, description) = value.split_once('\t').unwrap_or((&value, ""));
+            info.mode = Some(LockMode::SetNx);
+            info.remaining = pttl;
+            info.holder = Some(described(owner.to_owned(), description));
+            info.hold_count = 1;
+            info.fencing_token = info.last_fencing_token;
+        }
+        "hash" => {
+            let fields = pairs(payload);
+            info.remaining = pttl;
+            let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+            if let Some(owner) = field("owner") {
+                // Reentrant: the holder's acquisitions are its `h:` fields.
+                let holds: Vec<&str> = fields
+                    .iter()
+                    .filter(|(f, _)| f.starts_with("h:"))
+                    .map(|(_, v)| v.as_str())
+                    .collect();
+                info.mode = Some(LockMode::Reentrant);
+                info.hold_count = holds.len() as u32;
+                info.holder = Some(earliest(owner, &holds));
+                info.fencing_token = field("fence").and_then(|f| f.parse().ok());
+            } else {
+                parse_rw(&mut info, &fields, now);
+            }
+        }
+        other => {
+            return Err(Error::WrongType {
+                key: key.name().to_owned(),
+                found: other.to_owned(),
+            })
+        }
+    }
+    Ok(info)
+}
+
+/// The first acquisition's description among several (re-entries come later).
+fn earliest(owner: &str, descriptions: &[&str]) -> Holder {
+    descriptions
+        .iter()
+        .map(|d| described(owner.to_owned(), d))
+        .min_by_key(|h| h.acquired_at)
+        .unwrap_or_else(|| described(owner.to_owned(), ""))
+}
+
+/// A read/write hash (layout in `rwlock/prelude.lua`), read as the scripts would: leases and
+/// intents that have ended by the server's clock count as gone.
+fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) {
+    let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+    let ms = |v: &str| v.parse::<i64>().ok();
+    let writer_until = field("writer-until").and_then(ms);
+    if let (Some(writer), Some(until)) = (field("writer"), writer_until) {
+        if until > now {
+            let holds: Vec<&str> = fields
+                .iter()
+                .filter(|(f, _)| f.starts_with("w:"))
+                .map(|(_, v)| v.as_str())
+                .collect();
+            info.mode = Some(LockMode::Write);
+            info.hold_count = holds.len() as u32;
+            info.holder = Some(earliest(writer, &holds));
+            info.fencing_token = field("writer-fence").and_then(|f| f.parse().ok());
+        }
+    }
+    for (f, v) in fields {
+        if let Some(owner) = f.strip_prefix("read-until:") {
+            let Some(until) = ms(v).filter(|u| *u > now) else {
+                continue;
+            };
+            let holds = fields
+                .iter()
+                .filter(|(g, o)| g.starts_with("r:") && o == owner)
+                .count() as u32;
+            if holds > 0 {
+                info.readers.push(Reader {
+                    owner: owner.to_owned(),
+                    holds,
+                    remaining: Duration::from_millis((until - now) as u64),
+                });
+            }
+        } else if let Some(owner) = f.strip_prefix("intent:") {
+            if ms(v).is_some_and(|u| u > now) {
+                info.waiting_writers.push(owner.to_owned());
+            }
+        }
+    }
+    info.readers.sort_by(|a, b| a.owner.cmp(&b.owner));
+    info.waiting_writers.sort();
+    if info.mode.is_none() && !info.readers.is_empty() {
+        info.mode = Some(LockMode::Read);
+        info.hold_count = info.readers.iter().map(|r| r.holds).sum();
+        info.fencing_token = info.last_fencing_token;
+    }
+    if info.mode.is_none() && info.waiting_writers.is_empty() {
+        info.remaining = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_come_back_from_their_keys() {
+        assert_eq!(
+            name_of("distlock", b"distlock:{order:42}").as_deref(),
+            Some("order:42")
+        );
+        assert_eq!(
+            name_of("distlock", b"distlock:order:{42}").as_deref(),
+            Some("order:{42}")
+        );
+        assert_eq!(name_of("distlock", b"other:{x}"), None);
+        assert_eq!(name_of("", b"{x}").as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn descriptions_parse_and_tolerate_garbage() {
+        let h = described("o".into(), "host=h1\tpid=42\tsite=a.rs:3\tat=1000");
+        assert_eq!(h.host.as_deref(), Some("h1"));
+        assert_eq!(h.pid, Some(42));
+        assert_eq!(h.site.as_deref(), Some("a.rs:3"));
+        assert_eq!(h.acquired_at, Some(UNIX_EPOCH + Duration::from_secs(1)));
+        let h = described("o".into(), "1");
+        assert_eq!(h.host, None);
+        assert_eq!(h.owner, "o");
+    }
+}

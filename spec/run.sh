@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Model-checks the lock protocol (see spec/README.md): every model with spin, each run bounded.
+#
+#   bash spec/run.sh          the CI runs (each well under a minute; a few minutes in all)
+#   bash spec/run.sh --long   larger bounds: 2 faults, 3 clients, liveness on the full models
+#                             (memory up to 6 GB; the 3-client setnx run alone takes well over
+#                             10 minutes)
+#
+# Two kinds of run (three with liveness), each one line of output:
+#   verified   must finish the full search with 0 errors (live: the same, for the liveness
+#              claim under weak fairness);
+#   control    a negative control (an older protocol behind a -D flag, among them the two
+#              bugs the models found, see "Findings" in spec/README.md): must produce a
+#              counterexample of the named property, or the model proves nothing.
+# Anything else (an error where none may be, none where one must be, the wrong property, a
+# search cut short by memory or depth) is a surprise: the script then exits non-zero.
+set -uo pipefail
+cd "$(dirname "$0")"
+spec=$(pwd)
+
+long=0
+case "${1:-}" in
+  --long) long=1 ;;
+  "") ;;
+  *) echo "usage: bash spec/run.sh [--long]" >&2; exit 2 ;;
+esac
+
+if ! command -v spin >/dev/null 2>&1; then
+  . ../tests/setup.sh
+fi
+cc=$(command -v gcc || command -v cc) || { echo "no C compiler: install gcc" >&2; exit 1; }
+
+if [ "$long" = 1 ]; then memlim=6144; else memlim=1024; fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/distlock-spec.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+surprises=0
+
+# The text of each property's assertion, as pan prints it (to tell which one failed).
+prop_pattern() {
+  case "$1" in
+    mutex) echo 'gst\[' ;;                  # a guard says held (G_HELD) beside another
+    fence) echo 'ctr>maxtok' ;;             # a token not above every earlier one
+    reentry) echo 'r==0' ;;                 # a re-entry answered busy
+    settles) echo 'acceptance cycle' ;;     # the liveness claim
+    *) echo "$1" ;;
+  esac
+}
+
+# run KIND NAME MODEL PROPERTY [-Dflags...] [-- pan args]
+# KIND: verified | control | live (a verified liveness run: never claim, weak fairness).
+# PROPERTY: what a control must break ('-' for verified runs).
+run() {
+  local kind=$1 name=$2 model=$3 prop=$4
+  shift 4
+  local flags=() panargs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
+  [ $# -gt 0 ] && { shift; panargs=("$@"); }
+  local d="$work/$name"
+  mkdir -p "$d" && cp "$spec"/*.pml "$d"/
+  local start end secs line
+  start=$(date +%s.%N)
+  local ccflags=(-O2 -w "-DMEMLIM=$memlim") mode=()
+  if [ "$kind" = live ]; then
+    flags=(-DLIVE "${flags[@]}")
+    ccflags+=(-DNFAIR=3)
+    mode=(-a -f)
+  else
+    ccflags+=(-DSAFETY)
+  fi
+  [ "$long" = 1 ] && ccflags+=(-DCOLLAPSE)
+  if ! (cd "$d" && spin -a "${flags[@]}" "$model" >spin.out 2>&1 &&
+        "$cc" "${ccflags[@]}" -o pan pan.c >cc.out 2>&1); then
+    echo "SURPRISE  $name: the model does not compile (${flags[*]})"
+    cat "$d/spin.out" "$d/cc.out" 2>/dev/null | head -20
+    surprises=$((surprises + 1))
+    return
+  fi
+  (cd "$d" && ./pan "${mode[@]}" -m200000 "${panargs[@]}" >pan.out 2>&1)
+  end=$(date +%s.%N)
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  local out="$d/pan.out" errors states depth_cut mem_cut first
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out" | tail -1)
+  states=$(awk '/states, stored/ { print $1; exit }' "$out")
+  depth_cut=$(grep -c "max search depth too small" "$out")
+  mem_cut=$(grep -c "reached -DMEMLIM\|out of memory" "$out")
+  first=$(grep -m1 -E "^pan:1: |acceptance cycle \(at depth" "$out")
+  line=$(printf '%-9s %-24s %10s states %6ss' "$kind" "$name" "${states:-?}" "$secs")
+  case "$kind" in
+    verified|live)
+      if [ "${errors:-x}" = 0 ] && [ "$depth_cut" = 0 ] && [ "$mem_cut" = 0 ]; then
+        echo "ok        $line  0 errors"
+      else
+        echo "SURPRISE  $line  errors=${errors:-?} depth-cut=$depth_cut memory-cut=$mem_cut"
+        [ -n "$first" ] && echo "          $first"
+        echo "          replay: cd $spec && spin -t -p -g ${flags[*]} $model  (trail kept in $d)"
+        trap - EXIT
+        surprises=$((surprises + 1))
+        return
+      fi
+      ;;
+    control)
+      local pat
+      pat=$(prop_pattern "$prop")
+      if [ "${errors:-0}" -ge 1 ] && grep -m1 -E "^pan:1: |acceptance cycle" "$out" | grep -q -- "$pat"; then
+        echo "ok        $line  counterexample: $prop"
+      else
+        echo "SURPRISE  $line  expected a counterexample of '$prop', got errors=${errors:-?}"
+        [ -n "$first" ] && echo "          $first"
+        surprises=$((surprises + 1))
+      fi
+      ;;
+  esac
+  rm -rf "$d"
+}
+
+# The protocol as it is (the fixes of both findings included, spec/README.md): every
+# property holds.
+if [ "$long" = 0 ]; then
+  run verified setnx            setnx.pml     -
+  run verified setnx-restart    setnx.pml     - -DRESTART
+  run verified setnx-failover   setnx.pml     - -DRESTART -DFAILOVER
+  run live     setnx-settles    setnx.pml     - -DONE_FULL -DWATT=1
+  run verified reentrant        reentrant.pml -
+  run live     reentrant-settles reentrant.pml - -DMAXATT=1 -DFAULTS=0
+  run verified rwlock           rwlock.pml    -
+  run live     rwlock-settles   rwlock.pml    - -DMAXATT=1 -DFAULTS=0
+  run verified redlock          redlock.pml   -
+else
+  run verified setnx            setnx.pml     - -DFAULTS=2
+  run verified setnx-3clients   setnx.pml     - -DNC=3 -DONE_FULL
+  run verified setnx-restart    setnx.pml     - -DRESTART -DFAULTS=2
+  run live     setnx-settles    setnx.pml     -
+  run verified reentrant        reentrant.pml - -DFAULTS=2
+  run live     reentrant-settles reentrant.pml -
+  run verified rwlock           rwlock.pml    - -DFAULTS=2
+  run live     rwlock-settles   rwlock.pml    - -DMAXATT=1
+  run verified redlock          redlock.pml   - -DFAULTS=2
+fi
+
+# Negative controls: the protocol before each fix must fail. First the two bugs the models
+# found (spec/README.md, "Findings"; fixed in lock.rs and rwlock/read_acquire.lua).
+run control  old-give-back-setnx     setnx.pml     mutex   -DOLD_GIVE_BACK
+run control  old-give-back-reentrant reentrant.pml mutex   -DOLD_GIVE_BACK
+run control  old-read-retry-rwlock   rwlock.pml    mutex   -DOLD_READ_RETRY -DNO_REENTRY_CHECK
+run control  old-read-retry-reentry  rwlock.pml    reentry -DOLD_READ_RETRY
+# Then the fault issue's fixes.
+run control  old-release-reentrant reentrant.pml mutex -DOLD_RELEASE
+run control  old-release-rwlock    rwlock.pml    mutex -DOLD_RELEASE
+run control  old-extend-setnx      setnx.pml     mutex -DOLD_EXTEND
+run control  old-extend-reentrant  reentrant.pml mutex -DOLD_EXTEND
+run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
+run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
+run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOLD_FLOOR
+
+if [ "$surprises" -gt 0 ]; then
+  echo "spec: $surprises surprise(s)" >&2
+  exit 1
+fi
+echo "spec: every model as expected"
