@@ -70,6 +70,11 @@ impl Lua {
             code,
         }
     }
+
+    /// The script's source, for `SCRIPT LOAD` on a server that lacks it.
+    pub(crate) fn source(&self) -> &'static str {
+        self.code
+    }
 }
 
 impl std::ops::Deref for Lua {

@@ -106,6 +106,115 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Sends `pipeline` as one request to the cluster node at `host:port` (the master that
+    /// [`SlotOwners`] says serves its keys' slots); answers come back one per command, a
+    /// `MOVED` among them where that node no longer serves a slot.
+    pub(crate) async fn pipeline_to_node(
+        &mut self,
+        pipeline: &Pipeline,
+        host: &str,
+        port: u16,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Cluster(c) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_owned(),
+                    port,
+                };
+                c.route_pipeline(pipeline.clone(), 0, pipeline.len(), route)
+                    .await
+            }
+            other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
+        }
+    }
+}
+
+/// Which master serves which slots, as `CLUSTER SLOTS` last said. It lets the watchdog send
+/// one pipeline per master rather than one per slot (10,000 held locks sit on about as many
+/// slots). Only a hint: a renewal sent to a master that lost its slot is answered `MOVED` and
+/// sent again through the routing that follows redirections, and the map is read again.
+#[derive(Debug, Default)]
+pub(crate) struct SlotOwners {
+    /// `(first slot, last slot, host, port)`, sorted by first slot.
+    ranges: Vec<(u16, u16, String, u16)>,
+    read_at: Option<std::time::Instant>,
+    stale: bool,
+}
+
+impl SlotOwners {
+    /// A map older than this is read again before use: topology changes that caused no
+    /// error yet (a failover between two ticks) are noticed within it.
+    const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub(crate) fn needs_reading(&self) -> bool {
+        self.stale || self.read_at.is_none_or(|t| t.elapsed() > Self::MAX_AGE)
+    }
+
+    /// Something was sent to the wrong master: read the map again before the next use.
+    pub(crate) fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// The master serving `slot`, if the map knows one.
+    pub(crate) fn owner(&self, slot: u16) -> Option<(&str, u16)> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= slot)
+            .checked_sub(1)?;
+        let (first, last, host, port) = &self.ranges[i];
+        (*first <= slot && slot <= *last).then_some((host.as_str(), *port))
+    }
+
+    /// Reads the map with `CLUSTER SLOTS` (sent to any node). On failure the old map stays,
+    /// still marked for reading.
+    pub(crate) async fn read(&mut self, conn: &mut Conn) {
+        let Ok(reply) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(conn)
+            .await
+        else {
+            return;
+        };
+        self.ranges = parse_cluster_slots(&reply);
+        self.ranges.sort_unstable_by_key(|r| r.0);
+        self.read_at = Some(std::time::Instant::now());
+        self.stale = false;
+    }
+}
+
+/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ..], replicas..], ..]`. Ranges whose
+/// master has no usable address (an empty or `?` host) are left out: their slots go through
+/// the per-slot routing.
+fn parse_cluster_slots(reply: &Value) -> Vec<(u16, u16, String, u16)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(parts) = range else {
+                return None;
+            };
+            let (first, last) = (int(parts.first()?)?, int(parts.get(1)?)?);
+            let Value::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                Value::SimpleString(s) => s.clone(),
+                _ => return None,
+            };
+            let port = int(master.get(1)?)?;
+            (!host.is_empty() && host != "?").then_some((first, last, host, port))
+        })
+        .collect()
+}
+
 /// The Redis Cluster slot of a key: CRC16 of its hash tag (or of the whole key without one),
 /// modulo 16384.
 pub(crate) fn slot(key: &[u8]) -> u16 {

@@ -186,7 +186,7 @@ async fn fencing_tokens_grow_and_share_the_locks_slot() {
     assert_eq!(fence, last);
 }
 
-/// The watchdog renews locks on every master (one pipeline per slot) while they are held.
+/// The watchdog renews locks on every master (one pipeline per master) while they are held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_renews_locks_on_every_master() {
     let locks = client().await;
@@ -209,6 +209,88 @@ async fn the_watchdog_renews_locks_on_every_master() {
     assert!(locks.renewal_round_trips() >= 3);
     for guard in guards {
         guard.release().await.expect("still ours");
+    }
+}
+
+/// Scripts run on all the cluster's servers so far.
+fn script_calls() -> u64 {
+    CLUSTER.with(|c| {
+        (0..c.len())
+            .map(|i| {
+                let stats = c.server(i).commandstats();
+                stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
+            })
+            .sum()
+    })
+}
+
+/// Read events the cluster's servers processed so far (`total_reads_processed`): a pipeline
+/// arrives as about one read, so this counts round trips as the servers saw them.
+fn server_reads() -> u64 {
+    CLUSTER.with(|c| {
+        (0..c.len())
+            .map(|i| {
+                c.server(i)
+                    .info("stats")
+                    .lines()
+                    .find_map(|l| l.strip_prefix("total_reads_processed:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    })
+}
+
+/// 300 locks on about as many slots, over three masters: the watchdog sends one pipeline per
+/// master per tick, not one per slot (which would be a round trip per renewal). Counted by the
+/// servers (read events, which also include replication and the replicas' acknowledgements,
+/// a few per second), not by the library.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_batched_per_master() {
+    let _serial = CLUSTER.serial().await;
+    let locks = client().await;
+    let ttl = Duration::from_millis(900);
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(
+            locks
+                .lock(format!("c-batch-{i}"))
+                .ttl(ttl)
+                .try_acquire()
+                .await
+                .expect("free"),
+        );
+    }
+    let slots: BTreeSet<u16> = guards
+        .iter()
+        .map(|g| RedisCluster::slot_of(lock_key(g.name()).as_bytes()))
+        .collect();
+    assert!(slots.len() > 250, "the locks sit on many slots");
+    let (trips_before, calls_before, reads_before) =
+        (locks.renewal_round_trips(), script_calls(), server_reads());
+    tokio::time::sleep(2 * ttl).await; // two ttls: every lease renewed several times
+    let trips = locks.renewal_round_trips() - trips_before;
+    let renewals = script_calls() - calls_before;
+    let reads = server_reads() - reads_before;
+    assert!(
+        guards.iter().all(|g| g.is_held()),
+        "every lease stayed alive"
+    );
+    assert!(
+        renewals >= 2 * 300,
+        "each lease renewed at least twice: {renewals}"
+    );
+    assert!(
+        reads * 5 <= renewals,
+        "{reads} reads by the servers for {renewals} renewals: not batched per master"
+    );
+    assert!(
+        trips * 20 <= renewals,
+        "{trips} pipelines for {renewals} renewals: not batched per master"
+    );
+    println!("{renewals} renewals in {trips} pipelines; {reads} reads by the servers");
+    for guard in guards {
+        guard.release().await.expect("release");
     }
 }
 
@@ -376,4 +458,51 @@ fn migrate_slot(c: &mut RedisCluster, slot: u16, from: usize, to: usize) {
             .expect("SETSLOT NODE");
     }
     c.wait_settled();
+}
+
+/// The README's least-privilege rules plus what a Cluster client needs (`CLUSTER SLOTS` to
+/// read the topology): every mode works, and the user still cannot write outside the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privileged_user_runs_every_mode() {
+    let _serial = CLUSTER.serial().await;
+    let rules = format!("{} +cluster|slots", common::ACL_RULES);
+    // ACLs are per server, not replicated: every node, replicas too (they may be promoted).
+    let ports = CLUSTER.with(move |c| {
+        (0..c.len())
+            .map(|i| {
+                let mut setuser = redis::cmd("ACL");
+                setuser
+                    .arg("SETUSER")
+                    .arg("locker")
+                    .arg("on")
+                    .arg(">s3cret");
+                for rule in rules.split_whitespace() {
+                    setuser.arg(rule);
+                }
+                setuser
+                    .exec(&mut c.server(i).connection())
+                    .expect("ACL SETUSER");
+                c.server(i).port()
+            })
+            .collect::<Vec<_>>()
+    });
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://locker:s3cret@127.0.0.1:{p}/"))
+        .collect();
+    let locks = Client::cluster(seeds.clone())
+        .await
+        .expect("connect as the locking user");
+    common::every_mode_works(&locks, "acl").await;
+    let mut conn = redis::cluster::ClusterClient::new(seeds)
+        .expect("seeds")
+        .get_async_connection()
+        .await
+        .expect("connect");
+    let denied: Result<(), _> = redis::cmd("SET")
+        .arg("app:data")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    assert!(denied.is_err(), "the user may write outside the lock keys");
 }

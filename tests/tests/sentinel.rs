@@ -143,3 +143,40 @@ async fn clients_follow_a_failover_and_keep_exclusion() {
     assert!(on_new, "the lock is on the new master");
     guard.release().await.expect("release");
 }
+
+/// The README's least-privilege rules through Sentinel: the data servers' user also needs
+/// `ROLE` (the client checks that the server the sentinels name is a master), the sentinels'
+/// user only `SENTINEL GET-MASTER-ADDR-BY-NAME`. Every mode works with just that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privileged_user_runs_every_mode() {
+    let _serial = SENTINEL.serial().await;
+    let data_rules = format!("{} +role", common::ACL_RULES);
+    let sentinel_rules = "+@connection +sentinel|get-master-addr-by-name";
+    let urls = SENTINEL.with(move |s| {
+        let setuser = |server: &RedisServer, rules: &str| {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg("locker").arg("on").arg(">s3cret");
+            for rule in rules.split_whitespace() {
+                cmd.arg(rule);
+            }
+            cmd.exec(&mut server.connection()).expect("ACL SETUSER");
+        };
+        // ACLs are per server: every data server (any may be promoted) and every sentinel.
+        for i in 0..s.len() {
+            setuser(s.server(i), &data_rules);
+        }
+        s.sentinel_urls()
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                setuser(s.sentinel(i), sentinel_rules);
+                format!("redis://locker:s3cret@127.0.0.1:{}/", s.sentinel(i).port())
+            })
+            .collect::<Vec<_>>()
+    });
+    let master = SENTINEL.with(|s| s.master_name());
+    let locks = Client::sentinel(urls, master)
+        .await
+        .expect("connect as the locking user");
+    common::every_mode_works(&locks, "acl").await;
+}
