@@ -88,7 +88,13 @@ impl Kind {
             Kind::Limit => {
                 "limit: the minimal correct commands with redis-rs on one shared MultiplexedConnection: \
                  `SET key token NX PX 10000`, release by a compare-and-delete `redis::Script` (EVALSHA); \
-                 a busy lock is polled every 1 ms (`tokio::time::sleep`, which rounds up to the 1 ms timer tick)."
+                 a busy lock is polled every 1 ms (`tokio::time::sleep`, which rounds up to the 1 ms timer tick). \
+                 In S4 (limit-quorum) the minimal correct Redlock: one MultiplexedConnection per node, \
+                 `SET key token NX PX 10000` sent to all 5 nodes at once (the futures joined, so it waits for all 5 \
+                 answers), held if at least 3 said OK and the validity (ttl - elapsed - (ttl/100 + 2 ms)) is still \
+                 positive; release (and the undo of a failed attempt) is the compare-and-delete script on all 5 at once, \
+                 joined the same way. No per-node timeout (the bench's nodes are healthy), so it is a floor, not a \
+                 production client."
             }
         }
     }
@@ -137,7 +143,9 @@ impl Kind {
                 redlock.set_retry(PEER_RETRY_COUNT, PEER_RETRY_DELAY_MS);
                 Arc::new(Redlock(Arc::new(redlock)))
             }
-            Kind::Limit if quorum => return Err("single-node baseline".into()),
+            Kind::Limit if quorum => {
+                Arc::new(LimitQuorum::connect(urls).await.map_err(|e| failed(&e))?)
+            }
             Kind::Limit => Arc::new(Limit::connect(&urls[0]).await.map_err(|e| failed(&e))?),
         })
     }
@@ -308,6 +316,124 @@ impl Column for Limit {
                     return Err(timed_out(key, wait));
                 }
                 tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+/// `limit` on the quorum nodes (`limit-quorum`): the minimal correct Redlock.
+struct LimitQuorum {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    release: Arc<redis::Script>,
+}
+
+impl LimitQuorum {
+    async fn connect(urls: &[String]) -> redis::RedisResult<LimitQuorum> {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(
+                redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            );
+        }
+        Ok(LimitQuorum {
+            conns,
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        })
+    }
+}
+
+/// The compare-and-delete script on every node at once; how many deleted the key.
+async fn release_all(
+    conns: &[redis::aio::MultiplexedConnection],
+    script: &redis::Script,
+    key: &str,
+    token: &str,
+) -> Result<usize, String> {
+    let replies = futures::future::join_all(conns.iter().map(|conn| {
+        let mut conn = conn.clone();
+        async move {
+            script
+                .key(key)
+                .arg(token)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        }
+    }))
+    .await;
+    let mut deleted = 0;
+    for reply in replies {
+        deleted += usize::from(reply.map_err(|e| e.to_string())? == 1);
+    }
+    Ok(deleted)
+}
+
+impl Column for LimitQuorum {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            let token = format!("{:032x}", rand::random::<u128>());
+            let deadline = Instant::now() + wait;
+            let quorum = self.conns.len() / 2 + 1;
+            let drift = TTL / 100 + Duration::from_millis(2);
+            loop {
+                let started = Instant::now();
+                let replies = futures::future::join_all(self.conns.iter().map(|conn| {
+                    let mut conn = conn.clone();
+                    let set = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .clone();
+                    async move { set.query_async::<Option<String>>(&mut conn).await }
+                }))
+                .await;
+                // A node's error counts as a no, like a busy key.
+                let acked = replies.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+                let valid = started.elapsed() + drift < TTL;
+                if acked >= quorum && valid {
+                    return Ok(Box::new(LimitQuorumHeld {
+                        conns: self.conns.clone(),
+                        release: Arc::clone(&self.release),
+                        key: key.to_owned(),
+                        token,
+                        quorum,
+                    }) as Held);
+                }
+                // Undo a partial acquisition everywhere before trying again.
+                if acked > 0 {
+                    release_all(&self.conns, &self.release, key, &token).await?;
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(key, wait));
+                }
+                tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+struct LimitQuorumHeld {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    release: Arc<redis::Script>,
+    key: String,
+    token: String,
+    quorum: usize,
+}
+
+impl Release for LimitQuorumHeld {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            let deleted = release_all(&self.conns, &self.release, &self.key, &self.token).await?;
+            if deleted >= self.quorum {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{}` was ours on only {deleted} nodes at release",
+                    self.key
+                ))
             }
         })
     }
