@@ -60,6 +60,10 @@ impl Kind {
         matches!(self, Kind::Distlock)
     }
 
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// How the column is set up, printed under the table.
     pub fn note(self) -> &'static str {
         match self {
