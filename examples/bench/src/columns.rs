@@ -60,6 +60,11 @@ impl Kind {
         matches!(self, Kind::Distlock)
     }
 
+    /// A peer crate: our columns must be ahead of every one of these.
+    pub fn peer(self) -> bool {
+        !self.ours() && self != Kind::Limit
+    }
+
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
