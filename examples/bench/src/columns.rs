@@ -38,19 +38,28 @@ pub enum Kind {
     Distlock,
     Rslock,
     Redlock,
+    /// `distributed-lock-redis` (on fred, not redis-rs).
+    DlRedis,
     /// The bare minimum with redis-rs: the floor every lock is measured against.
     Limit,
 }
 
 impl Kind {
     /// Column order of every table, chart and round.
-    pub const ALL: [Kind; 4] = [Kind::Distlock, Kind::Rslock, Kind::Redlock, Kind::Limit];
+    pub const ALL: [Kind; 5] = [
+        Kind::Distlock,
+        Kind::Rslock,
+        Kind::Redlock,
+        Kind::DlRedis,
+        Kind::Limit,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Distlock => "distlock",
             Kind::Rslock => "rslock",
             Kind::Redlock => "redlock",
+            Kind::DlRedis => "distributed-lock-redis",
             Kind::Limit => "limit",
         }
     }
@@ -94,6 +103,20 @@ impl Kind {
                  It opens a new TCP connection for every command; `lock()` has no deadline and sleeps after its \
                  last failed try too, so the bench loops over `lock()` until the wait deadline."
             }
+            Kind::DlRedis => {
+                "distributed-lock-redis =0.2.0 (with distributed-lock-core =0.2.0; built on fred 9, its own Redis \
+                 client with one auto-pipelined connection per node, not on redis-rs): one `RedisLockProvider` \
+                 (`builder().urls(urls).expiry(10 s).min_validity(9 s).extension_cadence(10 s / 3)`: its defaults are \
+                 30 s, 27 s and 10 s, the same proportions), `provider.create_lock(key).try_acquire()` (a fresh lock \
+                 object per acquisition: its token is drawn when the object is made), `handle.release()`. \
+                 Its `acquire(timeout)` makes one attempt and returns `Timeout` at once when the lock is busy (it \
+                 does not wait; it also spawns a task that sleeps for the whole timeout), so the bench loops over \
+                 `try_acquire()` with a uniform [0, 2 ms) pause, the other peers' retry delay, until the wait deadline. \
+                 Every handle spawns an extension task whose first interval tick fires at once, so an extend script \
+                 can go out right after the acquire, racing the release that aborts the task. The key gets the \
+                 prefix `distributed-lock:`. In S4 it sends SET NX PX to all nodes in parallel and returns at a \
+                 majority; a failed attempt leaves its partial SETs to expire."
+            }
             Kind::Limit => {
                 "limit: the minimal correct commands with redis-rs on one shared MultiplexedConnection: \
                  `SET key token NX PX 10000`, release by a compare-and-delete `redis::Script` (EVALSHA); \
@@ -116,6 +139,9 @@ impl Kind {
                 "no watchdog: rslock renews only when asked (`extend`, one request per lock per node), so there is no batched renewal to measure",
             ),
             Kind::Redlock => Some("no watchdog and no extend: a lock lives for its ttl"),
+            Kind::DlRedis => Some(
+                "not batched: every held lock has an extension task of its own (a tokio interval, one extend script per lock per node per tick)",
+            ),
             Kind::Limit => Some("baseline without renewal: a lock lives for its ttl"),
         }
     }
@@ -151,6 +177,17 @@ impl Kind {
                 let mut redlock = redlock::RedLock::new(urls.to_vec());
                 redlock.set_retry(PEER_RETRY_COUNT, PEER_RETRY_DELAY_MS);
                 Arc::new(Redlock(Arc::new(redlock)))
+            }
+            Kind::DlRedis => {
+                let provider = distributed_lock_redis::RedisLockProvider::builder()
+                    .urls(urls)
+                    .expiry(TTL)
+                    .min_validity(TTL * 9 / 10)
+                    .extension_cadence(TTL / 3)
+                    .build()
+                    .await
+                    .map_err(|e| failed(&e))?;
+                Arc::new(DlRedis(provider))
             }
             Kind::Limit if quorum => {
                 Arc::new(LimitQuorum::connect(urls).await.map_err(|e| failed(&e))?)
@@ -263,6 +300,35 @@ impl Release for RedlockHeld {
             .await
             .map_err(|e| e.to_string())
         })
+    }
+}
+
+struct DlRedis(distributed_lock_redis::RedisLockProvider);
+
+impl Column for DlRedis {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        use distributed_lock_core::traits::{DistributedLock, LockProvider};
+        Box::pin(async move {
+            let deadline = Instant::now() + wait;
+            loop {
+                match self.0.create_lock(key).try_acquire().await {
+                    Ok(Some(handle)) => return Ok(Box::new(handle) as Held),
+                    Ok(None) if Instant::now() < deadline => {
+                        let pause = rand::random_range(0..PEER_RETRY_DELAY_MS * 1_000);
+                        tokio::time::sleep(Duration::from_micros(pause.into())).await;
+                    }
+                    Ok(None) => return Err(timed_out(key, wait)),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+    }
+}
+
+impl Release for distributed_lock_redis::RedisLockHandle {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        use distributed_lock_core::traits::LockHandle;
+        Box::pin(async move { LockHandle::release(*self).await.map_err(|e| e.to_string()) })
     }
 }
 

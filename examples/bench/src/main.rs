@@ -1,5 +1,5 @@
-//! `bench`: distlock against rslock, redlock and the bare redis-rs minimum (`limit`), on
-//! redis-server processes of its own.
+//! `bench`: distlock against rslock, redlock, distributed-lock-redis and the bare redis-rs
+//! minimum (`limit`), on redis-server processes of its own.
 //!
 //! ```text
 //! cargo run --release -p distlock-bench -- [--quick] [--out DIR]
