@@ -408,7 +408,7 @@ const ROWS: &[RowSpec] = &[
     ),
     row(
         "S3x",
-        "max occupancy (within each process)",
+        "max occupancy (across both processes)",
         "max_occupancy",
         Fmt::Count,
     ),
@@ -864,7 +864,7 @@ const DEFINITIONS: &[&str] = &[
     "client requests/acq (MONITOR pass): one extra untimed 200 µs-hold run per column with MONITOR attached, counting the commands clients sent (lines not tagged `lua`), divided by acquisitions; Lua calls/acq counts the `lua`-tagged lines.",
     "max occupancy: most tasks inside the critical section at once, from an in-process atomic counter; anything but 1 is a mutual-exclusion failure.",
     "S3b ideal: 1 / (5 ms hold + one PING round trip), the rate if each hand-off cost a single round trip.",
-    "S3x: the bench starts two child processes of its own binary for a column; each connects the column on its own (its own client, connections and runtime), warms up, and when both are ready both are told to go at once; each runs 4 tasks on the same key with S3's 200 µs hold for the run's length (1 s with --quick, else 2 s). acquisitions/s: both processes' acquisitions over the longer of their run times; cross-process fairness: the process with fewer acquisitions over the one with more; per-task: fewest over most of all 8 tasks; max occupancy is counted within each process only (the processes share no memory), so it checks each process's own tasks.",
+    "S3x: the bench starts two child processes of its own binary for a column; each connects the column on its own (its own client, connections and runtime), warms up, and when both are ready both are told to go at once; each runs 4 tasks on the same key with S3's 200 µs hold for the run's length (1 s with --quick, else 2 s). acquisitions/s: both processes' acquisitions over the longer of their run times; cross-process fairness: the process with fewer acquisitions over the one with more; per-task: fewest over most of all 8 tasks; max occupancy counts the tasks of both processes inside the critical section at once, on two atomics in a file both children map shared (mmap).",
     "S4: the same sequential cycle against five independent redis-server nodes (quorum 3); the limit column there is limit-quorum (see Columns).",
     "S5: one distlock `Client` on the single node; an `#[distributed_lock(key = \"<key>\", client = client, ttl = \"10s\", wait = \"10s\")]` fn with an empty body against `client.lock(key).ttl(10 s).wait(10 s).acquire()` + `release()` on another key, taking turns of 50 sequential calls; the ratio is the annotated p50 over the by-hand p50 of the same round, and the table gives its median over the rounds.",
     "S6: one fresh distlock `Client` on the single node takes 10,000 distinct locks (ttl 3 s, watchdog on at its default period ttl/3 = 1 s) from 50 tasks, holds them all for the window (3 s with --quick, else 6 s) while the process does nothing else, checks `Guard::is_held` on every guard, then releases them all. Round trips: delta of `Client::renewal_round_trips()` over the window; renewals: the server's EVALSHA calls over the window (nothing else reaches it then); client CPU: getrusage(RUSAGE_SELF) user+sys delta over the window; redis-server CPU: /proc/<pid>/stat utime+stime delta; both as % of one core.",

@@ -4,6 +4,11 @@
 //! children connect and warm up first, then start on the same "go" line from the parent, so
 //! they contend for the same stretch of time.
 //!
+//! Occupancy is counted across both processes: the parent creates a small file, each child
+//! maps it shared (`mmap`, `MAP_SHARED`) and counts its tasks in and out of the critical
+//! section on the same [`Occupancy`] there, and the parent reads the most ever seen inside
+//! at once back from the file.
+//!
 //! The protocol on the child's stdin/stdout, one line each:
 //! child → `ready`, parent → `go`, child → the JSON of [`ChildReport`]. An error is the child's
 //! exit status and its stderr.
@@ -13,7 +18,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::columns::Kind;
-use crate::scenarios::{self, Metrics, S3X_PROCESSES, S3X_TASKS, S3_HOLD};
+use crate::scenarios::{self, Metrics, Occupancy, S3X_PROCESSES, S3X_TASKS, S3_HOLD};
 
 /// The hidden first argument that turns the binary into an S3x child.
 pub const CHILD_FLAG: &str = "--s3x-child";
@@ -26,11 +31,9 @@ const WARMUP_CYCLES: usize = 20;
 struct ChildReport {
     per_task: Vec<u64>,
     elapsed_s: f64,
-    /// Most tasks of this process inside the critical section at once.
-    max_occupancy: usize,
 }
 
-/// The child: `--s3x-child <column> <redis url> <key> <duration ms>`.
+/// The child: `--s3x-child <column> <redis url> <key> <duration ms> <occupancy file>`.
 pub fn child(args: &[String]) -> ExitCode {
     match run_child(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -42,11 +45,12 @@ pub fn child(args: &[String]) -> ExitCode {
 }
 
 fn run_child(args: &[String]) -> Result<(), String> {
-    let [kind, url, key, duration_ms] = args else {
+    let [kind, url, key, duration_ms, occupancy] = args else {
         return Err(format!(
-            "usage: bench {CHILD_FLAG} <column> <redis url> <key> <duration ms>"
+            "usage: bench {CHILD_FLAG} <column> <redis url> <key> <duration ms> <occupancy file>"
         ));
     };
+    let shared = map_shared(occupancy)?;
     let kind = Kind::from_name(kind).ok_or_else(|| format!("unknown column `{kind}`"))?;
     let duration = Duration::from_millis(
         duration_ms
@@ -77,12 +81,18 @@ fn run_child(args: &[String]) -> Result<(), String> {
         if read == 0 {
             return Err("the parent closed stdin before `go`".to_owned());
         }
-        let run = scenarios::contended(&column, key, S3X_TASKS, S3_HOLD, Instant::now() + duration)
-            .await?;
+        let run = scenarios::contended(
+            &column,
+            key,
+            S3X_TASKS,
+            S3_HOLD,
+            Instant::now() + duration,
+            Some(shared),
+        )
+        .await?;
         Ok::<_, String>(ChildReport {
             per_task: run.per_task,
             elapsed_s: run.elapsed.as_secs_f64(),
-            max_occupancy: run.max_occupancy,
         })
     })?;
     let line = serde_json::to_string(&report).map_err(|e| e.to_string())?;
@@ -92,18 +102,70 @@ fn run_child(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("stdout: {e}"))
 }
 
+/// The [`Occupancy`] in `path`, mapped shared for the rest of the process's life.
+fn map_shared(path: &str) -> Result<&'static Occupancy, String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let len = std::mem::size_of::<Occupancy>();
+    if file.metadata().map_err(|e| e.to_string())?.len() < len as u64 {
+        return Err(format!("{path}: shorter than {len} bytes"));
+    }
+    // SAFETY: a fresh shared mapping of a file at least `len` bytes long; it is never
+    // unmapped, so the reference lives as long as the process. The mapping is page-aligned,
+    // and `Occupancy` is two `AtomicUsize`s (`repr(C)`), valid for any bytes; the other
+    // process touches them only through atomics too.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        );
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("mmap {path}: {}", std::io::Error::last_os_error()));
+        }
+        Ok(&*(ptr as *const Occupancy))
+    }
+}
+
 /// The parent's side of one S3x run of `kind` on `url`: both children started, both ready,
 /// both told to go at once, both reports combined. Blocking: run it on a blocking thread.
 pub fn run(kind: Kind, url: &str, key: &str, duration: Duration) -> Result<Metrics, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let occupancy = std::env::temp_dir().join(format!(
+        "distlock-bench-{}-{}",
+        std::process::id(),
+        key.replace(':', "-")
+    ));
+    std::fs::write(&occupancy, [0u8; std::mem::size_of::<Occupancy>()])
+        .map_err(|e| format!("{}: {e}", occupancy.display()))?;
+    let result = run_children(&exe, kind, url, key, duration, &occupancy);
+    let _ = std::fs::remove_file(&occupancy);
+    result
+}
+
+fn run_children(
+    exe: &std::path::Path,
+    kind: Kind,
+    url: &str,
+    key: &str,
+    duration: Duration,
+    occupancy: &std::path::Path,
+) -> Result<Metrics, String> {
     let mut children = Vec::with_capacity(S3X_PROCESSES);
     for _ in 0..S3X_PROCESSES {
-        let child = Command::new(&exe)
+        let child = Command::new(exe)
             .arg(CHILD_FLAG)
             .arg(kind.name())
             .arg(url)
             .arg(key)
             .arg(duration.as_millis().to_string())
+            .arg(occupancy)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -130,7 +192,15 @@ pub fn run(kind: Kind, url: &str, key: &str, duration: Duration) -> Result<Metri
     if !failures.is_empty() {
         return Err(failures.join("; "));
     }
-    combine(&outcome?)
+    // The children are gone: the file holds the last word of both.
+    let counters = std::fs::read(occupancy).map_err(|e| format!("{}: {e}", occupancy.display()))?;
+    let word = std::mem::size_of::<usize>();
+    let max_inside = counters
+        .get(word..2 * word)
+        .and_then(|b| b.try_into().ok())
+        .map(usize::from_ne_bytes)
+        .ok_or("occupancy file too short")?;
+    combine(&outcome?, max_inside)
 }
 
 fn drive(children: &mut [std::process::Child]) -> Result<Vec<ChildReport>, String> {
@@ -169,7 +239,7 @@ fn drive(children: &mut [std::process::Child]) -> Result<Vec<ChildReport>, Strin
     Ok(reports)
 }
 
-fn combine(reports: &[ChildReport]) -> Result<Metrics, String> {
+fn combine(reports: &[ChildReport], max_inside: usize) -> Result<Metrics, String> {
     let per_process: Vec<u64> = reports.iter().map(|r| r.per_task.iter().sum()).collect();
     let per_task: Vec<u64> = reports.iter().flat_map(|r| r.per_task.clone()).collect();
     let total: u64 = per_process.iter().sum();
@@ -185,9 +255,6 @@ fn combine(reports: &[ChildReport]) -> Result<Metrics, String> {
         ("acq_per_s", total as f64 / elapsed),
         ("process_fairness", ratio(&per_process)),
         ("fairness", ratio(&per_task)),
-        (
-            "max_occupancy",
-            reports.iter().map(|r| r.max_occupancy).max().unwrap_or(0) as f64,
-        ),
+        ("max_occupancy", max_inside as f64),
     ]))
 }

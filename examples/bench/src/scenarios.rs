@@ -183,6 +183,7 @@ pub async fn run_round(
                     S3_TASKS,
                     hold,
                     Instant::now() + plan.s3_duration,
+                    None,
                 )
                 .await;
                 let commands = lock_commands(&before, &server.commandstats());
@@ -343,23 +344,45 @@ impl Contended {
     }
 }
 
+/// Tasks inside the critical section now, and the most ever at once. S3x keeps one in memory
+/// both of its processes map (`s3x`), so that one counts across processes; `repr(C)` fixes the
+/// layout the parent reads back.
+#[derive(Default)]
+#[repr(C)]
+pub struct Occupancy {
+    pub inside: AtomicUsize,
+    pub max_inside: AtomicUsize,
+}
+
+impl Occupancy {
+    fn enter(&self) {
+        let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inside.fetch_max(inside, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[derive(Default)]
 struct Probe {
-    inside: AtomicUsize,
-    max_inside: AtomicUsize,
+    occupancy: Occupancy,
     /// When the last holder was about to release, and the hand-offs measured so far. One
     /// mutex: holders are serialised by the lock anyway, so it is never contended for long.
     timeline: Mutex<(Option<Instant>, Vec<Duration>)>,
 }
 
 /// `tasks` tasks take turns on one key, each holding it for `hold` (a spin, so the hold is
-/// exact and costs CPU like real work), starting no new cycle after `deadline`.
+/// exact and costs CPU like real work), starting no new cycle after `deadline`. Occupancy is
+/// counted in this process, and also in `shared` if given.
 pub async fn contended(
     column: &Arc<dyn Column>,
     key: &str,
     tasks: usize,
     hold: Duration,
     deadline: Instant,
+    shared: Option<&'static Occupancy>,
 ) -> Result<Contended, String> {
     let probe = Arc::new(Probe::default());
     let started = Instant::now();
@@ -380,13 +403,18 @@ pub async fn contended(
                                 .push(acquired.saturating_duration_since(released));
                         }
                     }
-                    let inside = probe.inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    probe.max_inside.fetch_max(inside, Ordering::SeqCst);
+                    probe.occupancy.enter();
+                    if let Some(shared) = shared {
+                        shared.enter();
+                    }
                     let until = Instant::now() + hold;
                     while Instant::now() < until {
                         std::hint::spin_loop();
                     }
-                    probe.inside.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(shared) = shared {
+                        shared.leave();
+                    }
+                    probe.occupancy.leave();
                     probe.timeline.lock().expect("timeline").0 = Some(Instant::now());
                     held.release().await?;
                     acquisitions += 1;
@@ -405,7 +433,7 @@ pub async fn contended(
         elapsed,
         per_task,
         handoffs,
-        max_occupancy: probe.max_inside.load(Ordering::SeqCst),
+        max_occupancy: probe.occupancy.max_inside.load(Ordering::SeqCst),
     })
 }
 
@@ -545,7 +573,15 @@ pub async fn count_requests(
     server: &RedisServer,
 ) -> Result<Metrics, String> {
     let monitor = Monitor::start(&server.addr()).map_err(|e| format!("MONITOR: {e}"))?;
-    let run = contended(column, key, S3_TASKS, S3_HOLD, Instant::now() + duration).await;
+    let run = contended(
+        column,
+        key,
+        S3_TASKS,
+        S3_HOLD,
+        Instant::now() + duration,
+        None,
+    )
+    .await;
     let (requests, lua_calls) = monitor.finish().map_err(|e| format!("MONITOR: {e}"))?;
     let acquisitions = run?.acquisitions() as f64;
     Ok(Metrics::from([
