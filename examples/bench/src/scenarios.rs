@@ -127,7 +127,7 @@ impl Plan {
                 ping_count: 2_000,
                 s2_duration: Duration::from_secs(2),
                 s3_duration: Duration::from_secs(3),
-                s3x_duration: Duration::from_secs(2),
+                s3x_duration: Duration::from_millis(1_500),
                 accounting_duration: Duration::from_secs(1),
                 s6_window: Duration::from_secs(6),
                 warmup_cycles: 200,
