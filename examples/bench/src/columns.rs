@@ -213,10 +213,18 @@ impl Kind {
                  connection, the cluster counted as one server, so quorum 1), `set_retry(3, 2 ms)`, the same loop \
                  around `lock()` as on one node."
             }
-            Kind::Redlock => "redlock: n/a, no Redis Cluster support (it treats every URL as an independent server).",
+            Kind::Redlock => {
+                "redlock: n/a, no Redis Cluster support: every URL is an independent server (a plain redis-rs 0.23 \
+                 `Client`), with no slot routing or MOVED handling."
+            }
             Kind::DlRedis => {
-                "distributed-lock-redis: n/a, no Redis Cluster support documented (its builder takes one URL per \
-                 independent server)."
+                "distributed-lock-redis: not documented for Redis Cluster, but its builder hands the URL to fred, \
+                 whose cluster mode takes a `redis-cluster://host:port?node=host:port&node=host:port` URL (all nodes; \
+                 one URL, so one client and quorum 1), and it works: the same provider settings and loop as on one node. \
+                 SET NX PX goes to the key's master, but its release and extend scripts are custom `EVAL` commands \
+                 that fred routes by their first string argument, the script text, so they go to the master of that \
+                 text's slot; for a key on another master the server answers MOVED, and fred re-reads the slot map \
+                 (`CLUSTER SLOTS`) and resends. In a quick check of S1c, each MOVED came with one `CLUSTER SLOTS`."
             }
             Kind::Limit => {
                 "limit on the cluster: the same minimal lock through redis-rs's async cluster connection \
@@ -247,7 +255,31 @@ impl Kind {
                 Arc::new(Rslock(manager))
             }
             Kind::Redlock => return Err("no Redis Cluster support".to_owned()),
-            Kind::DlRedis => return Err("no Redis Cluster support".to_owned()),
+            Kind::DlRedis => {
+                // fred's cluster mode, through its `redis-cluster://` URL (see the note).
+                let addrs: Vec<&str> = urls
+                    .iter()
+                    .map(|u| u.trim_start_matches("redis://").trim_end_matches('/'))
+                    .collect();
+                let url = format!(
+                    "redis-cluster://{}?{}",
+                    addrs[0],
+                    addrs[1..]
+                        .iter()
+                        .map(|a| format!("node={a}"))
+                        .collect::<Vec<_>>()
+                        .join("&")
+                );
+                let provider = distributed_lock_redis::RedisLockProvider::builder()
+                    .url(url)
+                    .expiry(TTL)
+                    .min_validity(TTL * 9 / 10)
+                    .extension_cadence(TTL / 3)
+                    .build()
+                    .await
+                    .map_err(|e| failed(&e))?;
+                Arc::new(DlRedis(provider))
+            }
             Kind::Limit => Arc::new(LimitCluster::connect(urls).await.map_err(|e| failed(&e))?),
         })
     }
