@@ -13,6 +13,7 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "setnx",
     owner: OwnerKind::Token,
     shared: false,
+    plain_acquire: true,
     quorum: true,
     acquire: redis::Script::new(include_str!("acquire.lua")),
     release: redis::Script::new(include_str!("release.lua")),

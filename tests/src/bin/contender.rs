@@ -6,7 +6,8 @@
 //! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! ```
-//! KIND is `setnx` or `reentrant`; URL may list several comma-separated URLs for a quorum. Every critical section enters the observer's occupancy
+//! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
+//! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum. Every critical section enters the observer's occupancy
 //! probe, bumps its non-atomic counter and presents its fencing token to its fence.
 //!
 //! KIND may also be `read` or `write` (the two sides of a read/write lock). In `rw` mode the
@@ -95,19 +96,26 @@ async fn connect(url: &str) -> Client {
 }
 
 fn request<'c>(locks: &'c Client, kind: &str, name: &str) -> LockRequest<'c> {
-    match kind {
+    let (kind, fenced) = match kind.strip_suffix("+fenced") {
+        Some(kind) => (kind, true),
+        None => (kind, false),
+    };
+    let request = match kind {
         "setnx" => locks.lock(name),
         "reentrant" => locks.reentrant(name),
         "read" => locks.read(name),
         "write" => locks.write(name),
         other => panic!("unknown lock kind {other:?}"),
-    }
+    };
+    request.fencing(fenced)
 }
 
 /// One critical section, checked by the observer.
 async fn section(observer: &Observer, guard: &Guard, pause: Duration) {
     observer.enter().await;
-    observer.fence(guard.fencing_token()).await;
+    if let Some(token) = guard.fencing_token() {
+        observer.fence(token).await;
+    }
     observer.bump(pause).await;
     observer.exit().await;
 }
@@ -199,12 +207,14 @@ async fn rw(
                 let guard = request
                     .ttl(Duration::from_secs(5))
                     .wait(MAX_RUN)
+                    .fencing(true)
                     .acquire()
                     .await
                     .expect("acquire within the wait");
                 observer.enter_excluding(&other).await;
                 if writer {
-                    observer.fence(guard.fencing_token()).await;
+                    let token = guard.fencing_token().expect("fencing(true)");
+                    observer.fence(token).await;
                     observer.bump(Duration::from_micros(100)).await;
                 } else {
                     tokio::time::sleep(READ_HOLD).await;
@@ -232,7 +242,8 @@ async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {
         .try_acquire()
         .await
         .expect("the lock is free");
-    println!("HELD {}", guard.fencing_token());
+    // 0: taken without a fencing token.
+    println!("HELD {}", guard.fencing_token().unwrap_or(0));
     std::io::stdout().flush().expect("flush stdout");
     // Hold until killed: the test kills this process with SIGKILL, so no release runs.
     std::future::pending::<()>().await;
