@@ -117,7 +117,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
   :: owner == 0 ->                              /* 35: left == -2, no key */
        TICK_US; ctr++;                          /* 36 */
        if
-       :: ctr == 1 -> ctr = us                  /* 41-47: a new counter starts at the clock */
+       :: ctr < us -> ctr = us                   /* the fence floor (the server clock) */
        :: else
        fi;
        assert(ctr > maxtok); maxtok = ctr;      /* property 3 */

@@ -118,6 +118,7 @@ run() {
 if [ "$long" = 0 ]; then
   run verified setnx            setnx.pml     -
   run verified setnx-restart    setnx.pml     - -DRESTART
+  run verified setnx-failover   setnx.pml     - -DRESTART -DFAILOVER
   run live     setnx-settles    setnx.pml     - -DONE_FULL -DWATT=1
   run verified reentrant        reentrant.pml -
   run live     reentrant-settles reentrant.pml - -DMAXATT=1 -DFAULTS=0
@@ -149,6 +150,7 @@ run control  old-extend-setnx      setnx.pml     mutex -DOLD_EXTEND
 run control  old-extend-reentrant  reentrant.pml mutex -DOLD_EXTEND
 run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
 run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
+run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOLD_FLOOR
 
 if [ "$surprises" -gt 0 ]; then
   echo "spec: $surprises surprise(s)" >&2

@@ -173,7 +173,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
        :: writer == 0 && !READER(me) && !READER(OTHER(me)) -> /* 40: free */
             TICK_US; ctr++;                                   /* 41: mint, prelude 234-244 */
             if
-            :: ctr == 1 -> ctr = us
+            :: ctr < us -> ctr = us                /* the fence floor */
             :: else
             fi;
             assert(ctr > maxtok); maxtok = ctr;               /* property 3 */

@@ -24,7 +24,11 @@
  *                  gone, the clock goes on)
  *   OLD_EXTEND     extend as before e9490dc: PEXPIRE ttl (may shorten), answer 1, the guard
  *                  keeps max(its validity, sent + ttl)                   -> mutex fails
+ *   FAILOVER       with RESTART: the "restart" is a failover to a replica that lagged: the
+ *                  lock was not replicated and the counter is one increment behind
  *   OLD_FENCE      a new counter starts at 1 (INCR alone)                -> fence fails
+ *   OLD_FLOOR      the floor only for a new counter (INCR gave 1), as before the fence
+ *                  floor on every acquisition; with FAILOVER             -> fence fails
  *   OLD_GIVE_BACK  finding 1 (spec/README.md), fixed in lock.rs: after giving back a grant
  *                  that came too late, the next attempts keep the same token -> mutex fails
  */
@@ -143,19 +147,30 @@ active proctype Crash()
 {
 end:
   if
+#ifdef FAILOVER
+  :: atomic { key = 0; kleft = 0; ktok = 0; ctr = (ctr > 0 -> ctr - 1 : 0); restarted = true }
+#else
   :: atomic { key = 0; kleft = 0; ktok = 0; ctr = 0; restarted = true }
+#endif
   fi
 }
 #endif
 
-/* INCR, and a new counter starts at the server clock in us (acquire.lua 13, 19-27).
-   OLD_FENCE: INCR alone (acquire.lua 11 at 5e3c280). */
+/* INCR, and the token is never below the server clock (the fence floor, acquire.lua).
+   The model's `us` stands for the floor (the clock's millisecond in us): tokens stay at or
+   below it, so it is above every token issued before.
+   OLD_FENCE: INCR alone (acquire.lua 11 at 5e3c280). OLD_FLOOR: the clock only for a new
+   counter (INCR gave 1), as at 9b4a670. */
 inline MINT() {
   TICK_US;
   ctr++;
 #ifndef OLD_FENCE
   if
+#ifdef OLD_FLOOR
   :: ctr == 1 -> ctr = us
+#else
+  :: ctr < us -> ctr = us
+#endif
   :: else
   fi;
 #endif

@@ -33,6 +33,8 @@ const ARGUMENTS: &[&str] = &[
     "min_hold",
     "record_key",
     "fencing",
+    "replicas",
+    "replicas_timeout",
     "client",
     "map_err",
 ];
@@ -52,6 +54,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("auto_renew", "watchdog"),
     ("on_lease_lost", "on_lost"),
     ("on_timeout", "on_busy"),
+    ("wait_replicas", "replicas"),
+    ("sync_replicas", "replicas"),
+    ("replica_timeout", "replicas_timeout"),
     ("lock_at_least_for", "min_hold"),
     ("at_least", "min_hold"),
     ("min_duration", "min_hold"),
@@ -78,6 +83,8 @@ pub struct LockArgs {
     pub on_busy: Option<Spanned<OnBusy>>,
     pub on_lost: Option<Spanned<OnLost>>,
     pub max_hold: Option<Spanned<Duration>>,
+    pub replicas: Option<Spanned<u32>>,
+    pub replicas_timeout: Option<Spanned<Duration>>,
     pub min_hold: Option<Spanned<Duration>>,
     pub on_error: Option<Spanned<OnError>>,
     pub record_key: Option<Spanned<bool>>,
@@ -181,6 +188,8 @@ impl LockArgs {
             "ttl" => self.ttl = Some(duration(&name, value)?),
             "wait" => self.wait = Some(duration(&name, value)?),
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
+            "replicas" => self.replicas = Some(count(&name, value)?),
+            "replicas_timeout" => self.replicas_timeout = Some(duration(&name, value)?),
             "min_hold" => self.min_hold = Some(duration(&name, value)?),
             "on_error" => self.on_error = Some(choice(&name, value, &OnError::ALL)?),
             "record_key" => self.record_key = Some(boolean(&name, value)?),
@@ -251,6 +260,35 @@ fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
         _ => Err(syn::Error::new_spanned(
             value,
             format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"`"),
+        )),
+    }
+}
+
+/// A whole number of at least 1, e.g. `replicas = 1`.
+fn count(name: &str, value: &Expr) -> syn::Result<Spanned<u32>> {
+    match peel(value) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => match int.base10_parse::<u32>() {
+            Ok(0) => Err(syn::Error::new(
+                int.span(),
+                format!("`{name}` must be at least 1: it is how many replicas must confirm each acquisition; leave it out to wait for none"),
+            )),
+            Ok(n) => Ok(Spanned::new(n, int.span())),
+            Err(_) => Err(syn::Error::new(
+                int.span(),
+                format!("`{name}` takes a small whole number, e.g. `{name} = 1`"),
+            )),
+        },
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Err(syn::Error::new(
+            lit.span(),
+            format!("`{name}` takes a number, not a string: write `{name} = {}`", lit.value()),
+        )),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes a whole number literal, e.g. `{name} = 1`"),
         )),
     }
 }

@@ -275,6 +275,14 @@ fn spec(model: &LockModel) -> TokenStream {
         Watchdog::Every(period) => Some(period),
     });
     let max_hold = optional_duration(model.max_hold.as_ref().map(|cap| cap.value));
+    let replicas = match model.replicas {
+        Some((count, timeout)) => {
+            let count = Literal::u32_suffixed(count);
+            let timeout = duration(timeout);
+            quote!(#private::Option::Some((#count, #timeout)))
+        }
+        None => quote!(#private::Option::None),
+    };
     let min_hold = optional_duration(model.min_hold.as_ref().map(|min| min.value));
     let template = &model.key.lit;
     let fn_name = model.item.sig.ident.to_string();
@@ -291,6 +299,7 @@ fn spec(model: &LockModel) -> TokenStream {
             wait: #wait,
             renew_every: #renew_every,
             max_hold: #max_hold,
+            replicas: #replicas,
             min_hold: #min_hold,
             on_lost: #private::OnLost::#on_lost,
             template: #template,

@@ -160,6 +160,8 @@ mod tests {
         "on_busy",
         "on_lost",
         "max_hold",
+        "replicas",
+        "replicas_timeout",
         "client",
         "map_err",
         "self",

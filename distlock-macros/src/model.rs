@@ -27,6 +27,11 @@ pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// to fail well inside common request timeouts.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a master waits for replicas to confirm an acquisition with `replicas = n` and no
+/// `replicas_timeout`: replicas on a healthy network confirm in about a millisecond, and the
+/// master answers nothing else on that connection while it waits, so the bound stays short.
+pub const DEFAULT_REPLICAS_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// The default renewal period is `ttl / WATCHDOG_DIVISOR`, leaving two more
 /// renewal attempts before the lease would expire.
 pub const WATCHDOG_DIVISOR: u32 = 3;
@@ -192,6 +197,8 @@ pub struct LockModel {
     pub on_lost: Spanned<OnLost>,
     /// Always > 0 when present.
     pub max_hold: Option<Spanned<Duration>>,
+    /// `replicas = n` (n >= 1) and its timeout (> 0, default [`DEFAULT_REPLICAS_TIMEOUT`]).
+    pub replicas: Option<(u32, Duration)>,
     /// Always > 0 when present.
     pub min_hold: Option<Spanned<Duration>>,
     pub on_error: Spanned<OnError>,

@@ -15,7 +15,8 @@ use crate::diag::{did_you_mean, Errors};
 use crate::duration;
 use crate::model::{
     AttrKind, KeySegment, KeyTemplate, LockKind, LockModel, Mode, OnBusy, OnError, OnLost,
-    Placeholder, Spanned, Watchdog, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL, MIN_TTL, WATCHDOG_DIVISOR,
+    Placeholder, Spanned, Watchdog, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL,
+    MIN_TTL, WATCHDOG_DIVISOR,
 };
 use crate::sig::Bindings;
 use crate::template::{self, Segment};
@@ -69,6 +70,7 @@ fn validate(
     let ttl = ttl(&args, errors);
     let watchdog = watchdog(&args, ttl.as_ref(), errors);
     check_max_hold(&args, errors);
+    let replicas = replicas(&args, errors);
     check_min_hold(&args, errors);
     check_on_error(&args, errors);
     let kind = match attr {
@@ -91,6 +93,7 @@ fn validate(
             .on_lost
             .unwrap_or(Spanned::default_value(OnLost::Cancel)),
         max_hold: args.max_hold,
+        replicas: replicas?,
         min_hold: args.min_hold.filter(|m| !m.value.is_zero()),
         on_error: args
             .on_error
@@ -396,6 +399,46 @@ fn period_not_below_ttl(
             period = duration::format(period),
         ),
     )
+}
+
+/// `replicas` with its timeout: `replicas_timeout` alone, a zero timeout, and replica
+/// acknowledgement on a Redlock quorum (independent masters) are refused.
+fn replicas(args: &LockArgs, errors: &mut Errors) -> Option<Option<(u32, Duration)>> {
+    let mut ok = true;
+    if let Some(timeout) = &args.replicas_timeout {
+        if !args.given("replicas") {
+            errors.push(syn::Error::new(
+                timeout.span,
+                "`replicas_timeout` needs `replicas = n`: say how many replicas must confirm each acquisition, e.g. `replicas = 1`",
+            ));
+            ok = false;
+        } else if timeout.value.as_millis() == 0 {
+            errors.push(syn::Error::new(
+                timeout.span,
+                "`replicas_timeout` must be at least 1ms (Redis's WAIT with 0 would wait forever)",
+            ));
+            ok = false;
+        }
+    }
+    if let (Some(replicas), Some(mode)) = (&args.replicas, &args.mode) {
+        if mode.value == Mode::Redlock {
+            errors.push(syn::Error::new(
+                replicas.span,
+                "`replicas` is for a deployment with replicas (one node, Sentinel, Cluster); a Redlock quorum's nodes are independent masters: remove `replicas`, or use another mode",
+            ));
+            ok = false;
+        }
+    }
+    if !ok || (args.given("replicas") && args.replicas.is_none()) {
+        return None;
+    }
+    Some(args.replicas.as_ref().map(|n| {
+        let timeout = args
+            .replicas_timeout
+            .as_ref()
+            .map_or(DEFAULT_REPLICAS_TIMEOUT, |t| t.value);
+        (n.value, timeout)
+    }))
 }
 
 /// Only reports: a zero `min_hold` fails the whole attribute.

@@ -7,7 +7,7 @@
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
 //! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock, wake-up channel | owner, nonce, wake-up id | `1` released / `0` not held        |
+//! | release | lock, wake-up channel | owner, nonce, wake-up id, `s` to SPUBLISH | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
 //! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
@@ -23,6 +23,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
+use crate::client::Replicas;
+use crate::conn::Conn;
 use crate::error::{Error, Op};
 use crate::key::LockKey;
 
@@ -53,9 +55,37 @@ pub(crate) struct Algorithm {
     /// Without fencing, the acquire is the plain `SET key value NX PX ttl GET` rather than
     /// the script (setnx: the value alone is the lock).
     pub(crate) plain_acquire: bool,
-    pub(crate) acquire: Script,
-    pub(crate) release: Script,
-    pub(crate) extend: Script,
+    pub(crate) acquire: Lua,
+    pub(crate) release: Lua,
+    pub(crate) extend: Lua,
+}
+
+/// A script and its source: sent by hash, and by source where the server lacks it.
+pub(crate) struct Lua {
+    script: Script,
+    code: &'static str,
+}
+
+impl Lua {
+    pub(crate) fn new(code: &'static str) -> Lua {
+        Lua {
+            script: Script::new(code),
+            code,
+        }
+    }
+
+    /// The script's source, for `SCRIPT LOAD` on a server that lacks it.
+    pub(crate) fn source(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
 }
 
 /// How a mode names the owner of a hold.
@@ -259,18 +289,102 @@ impl Algorithm {
         self.send_acquire(conn, &call).await
     }
 
+    /// One acquire attempt followed by `WAIT count timeout` in one pipeline: both travel on
+    /// one connection to the master of the lock's slot, so the `WAIT` counts the script's
+    /// write (it counts the writes of the connection it runs on, and a `WAIT` sent on its own
+    /// could go out on a fresh connection after a reconnection and confirm nothing). An
+    /// acquisition that fewer replicas confirmed is reported as
+    /// [`Error::ReplicasNotConfirmed`]; the caller undoes it. Always the acquire script (also
+    /// where a plain `SET .. GET` would do without acknowledgement): its one reply settles
+    /// every case, so the `WAIT` behind it confirms exactly that write.
+    pub(crate) async fn try_acquire_acked(
+        &self,
+        conn: &mut Conn,
+        call: &AcquireCall<'_>,
+        replicas: Replicas,
+    ) -> Result<Attempt, Error> {
+        let key = call.key;
+        let script;
+        let cmd = if call.plain {
+            script = self.acquire_script_cmd(key, call.id, call.ttl_ms, call.ask);
+            &script
+        } else {
+            &call.cmd
+        };
+        let timeout_ms = replicas.timeout.as_millis().max(1);
+        let mut first = cmd.clone();
+        for _ in 0..3 {
+            let mut pipe = redis::Pipeline::with_capacity(2);
+            pipe.add_command(first.clone());
+            pipe.cmd("WAIT").arg(replicas.count).arg(timeout_ms as u64);
+            let values = conn
+                .pipeline_to_slot(&pipe, key.slot())
+                .await
+                .map_err(|e| script_error(Op::Acquire, key, e))?;
+            let mut values = values.into_iter();
+            let (reply, confirmed) = (values.next(), values.next());
+            let reply = match reply {
+                Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                    // A promoted replica or a restarted server without the script.
+                    first = with_body(&self.acquire, cmd);
+                    continue;
+                }
+                Some(Value::ServerError(e)) if e.code() == "MOVED" => {
+                    // The slot moved: a keyed command through the normal routing follows the
+                    // redirection and refreshes the slot map; then try again.
+                    let _: redis::RedisResult<Value> =
+                        redis::cmd("PTTL").arg(key.lock()).query_async(conn).await;
+                    continue;
+                }
+                Some(Value::ServerError(e)) => {
+                    return Err(script_error(Op::Acquire, key, e.into()));
+                }
+                Some(reply) => reply,
+                None => return Err(script_error(Op::Acquire, key, short_reply())),
+            };
+            let attempt = parse_acquire(self.name, key, reply)?;
+            if let Attempt::Acquired { .. } = attempt {
+                let confirmed = match confirmed {
+                    Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+                    // An error (a server that refuses WAIT) confirms nothing.
+                    _ => 0,
+                };
+                if confirmed < replicas.count {
+                    return Err(Error::ReplicasNotConfirmed {
+                        key: key.name().to_owned(),
+                        wanted: replicas.count,
+                        confirmed,
+                        timeout: replicas.timeout,
+                    });
+                }
+            }
+            return Ok(attempt);
+        }
+        Err(script_error(
+            Op::Acquire,
+            key,
+            (
+                ErrorKind::Server(ServerErrorKind::TryAgain),
+                "the lock's slot kept moving",
+            )
+                .into(),
+        ))
+    }
+
     /// The release as a command: gives the acquisition back if it is still held. `wake` is
     /// what a setnx release publishes: empty, or on a quorum an id unique to this release
     /// call, which waiters hearing it from several nodes count once (one acquisition may be
     /// given back more than once: a failed quorum attempt, then the final release).
-    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId, wake: &str) -> Cmd {
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 8;
-        let mut cmd = evalsha(&self.release, 2, 5, bytes);
+    /// `sharded`: publish with `SPUBLISH` (Redis Cluster), else `PUBLISH`.
+    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId, wake: &str, sharded: bool) -> Cmd {
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 10;
+        let mut cmd = evalsha(&self.release, 2, 6, bytes);
         cmd.arg(key.lock())
             .arg(key.channel_arg())
             .arg(&*id.owner)
             .arg(&*id.nonce)
-            .arg(wake);
+            .arg(wake)
+            .arg(if sharded { "s" } else { "" });
         cmd
     }
 
@@ -295,8 +409,9 @@ impl Algorithm {
         conn: &mut C,
         key: &LockKey,
         id: &HoldId,
+        sharded: bool,
     ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, id, "");
+        let cmd = self.release_cmd(key, id, "", sharded);
         self.send_release(conn, key, &cmd).await
     }
 
@@ -344,25 +459,47 @@ impl Algorithm {
 /// Built directly rather than through `redis::Script::key/arg`, which copies every argument
 /// into a vector of its own and then again into the command: about a dozen allocations per
 /// call on the hot path, for nothing.
-fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize) -> Cmd {
+fn evalsha(script: &Lua, numkeys: usize, args: usize, bytes: usize) -> Cmd {
     let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
     cmd
 }
 
-/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` loads the script and sends it again.
+/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` sends the script itself
+/// ([`with_body`]), which also caches it on that server for the next `EVALSHA`.
 async fn invoke<C: ConnectionLike, T: FromRedisValue>(
-    script: &Script,
+    script: &Lua,
     cmd: &Cmd,
     conn: &mut C,
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(conn).await?;
-            cmd.query_async(conn).await
+            with_body(script, cmd).query_async(conn).await
         }
         other => other,
     }
+}
+
+/// The `EVALSHA <sha> ...` command `cmd` as `EVAL <script> ...`. Routed like the `EVALSHA`
+/// (by its first key), so on a Redis Cluster it reaches exactly the server that lacked the
+/// script, where a `SCRIPT LOAD` would go to every node and fail while any one is down.
+pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script.code);
+    for arg in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
+}
+
+fn short_reply() -> redis::RedisError {
+    (
+        ErrorKind::UnexpectedReturnType,
+        "a pipeline answered with fewer replies than commands",
+    )
+        .into()
 }
 
 /// An extend script's reply: the remaining lease in ms, or 0 when not held.

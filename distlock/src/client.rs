@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     pub(crate) holds: Mutex<LocalHolds>,
     /// Counter of acquisition nonces (see [`Inner::nonce`]).
     nonces: AtomicU64,
+    /// The client's replica acknowledgement, if any.
+    pub(crate) replicas: Option<Replicas>,
+    pub(crate) response_timeout: Duration,
 }
 
 /// Holds of one client by lock key: usually none or one per key, a few when nested.
@@ -181,6 +184,82 @@ impl Client {
         ClientBuilder::new(urls.into_iter().map(|u| u.as_ref().to_owned()).collect())
     }
 
+    /// Connects to a Redis Cluster through any of its nodes (`seeds`: one is enough, more
+    /// survive one being down at start-up). Every mode works as on one node: all keys of a
+    /// lock share one slot (the hash tag in the key layout), each script goes to the master
+    /// of that slot, and redis-rs follows `MOVED`/`ASK` redirections and failovers. Waiters
+    /// are woken through sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), heard on the lock's shard
+    /// only. See the README's "Deployments" for what a failover costs, and
+    /// [`ClientBuilder::replicas`] to make it unlikely to cost a held lock.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).await?;
+    /// let guard = locks.lock("order:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cluster<I, S>(seeds: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::cluster_builder(seeds).connect().await
+    }
+
+    /// Starts configuring a Redis Cluster client; see [`Client::cluster`].
+    pub fn cluster_builder<I, S>(seeds: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut builder =
+            ClientBuilder::new(seeds.into_iter().map(|u| u.as_ref().to_owned()).collect());
+        builder.shape = Shape::Cluster;
+        builder
+    }
+
+    /// Connects to the master that the sentinels at `sentinels` know as `master_name`, and
+    /// follows it when Sentinel fails over to a replica. Requests only ever go to the server
+    /// the sentinels name as master and that says it is one; a server demoted meanwhile
+    /// refuses writes (`READONLY`), which makes the client ask the sentinels again. The data
+    /// servers are reached with the first sentinel URL's user, password and database.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn sentinel<I, S>(sentinels: I, master_name: &str) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::sentinel_builder(sentinels, master_name)
+            .connect()
+            .await
+    }
+
+    /// Starts configuring a Sentinel client; see [`Client::sentinel`].
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: &str) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut builder = ClientBuilder::new(
+            sentinels
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+        );
+        builder.shape = Shape::Sentinel(master_name.to_owned());
+        builder
+    }
+
     /// True for a client over several independent masters (Redlock).
     pub fn is_quorum(&self) -> bool {
         self.inner.nodes.is_quorum()
@@ -287,6 +366,8 @@ impl Client {
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct ClientBuilder {
     urls: Vec<String>,
+    shape: Shape,
+    replicas: Option<Replicas>,
     node_timeout: Option<Duration>,
     restart_delay: Duration,
     prefix: String,
@@ -301,6 +382,8 @@ impl ClientBuilder {
     fn new(urls: Vec<String>) -> Self {
         ClientBuilder {
             urls,
+            shape: Shape::Nodes,
+            replicas: None,
             node_timeout: None,
             restart_delay: DEFAULT_RESTART_DELAY,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -361,6 +444,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Replica acknowledgement for every write acquisition of this client (off by default;
+    /// a lock request may set its own with [`LockRequest::replicas`](crate::LockRequest::replicas)).
+    /// See [`Replicas`].
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count, timeout });
+        self
+    }
+
     /// `rediss://` only (feature `tls`): trust the server certificates signed by this root (one
     /// or more PEM certificates, e.g. your private CA's) **instead of** the webpki roots that
     /// are trusted by default. A root certificate given with a `redis://` URL is refused by
@@ -390,6 +481,17 @@ impl ClientBuilder {
                 "connect and response timeouts must be above zero",
             ));
         }
+        if let Some(replicas) = &self.replicas {
+            replicas.validate(self.response_timeout)?;
+        }
+        if self.shape != Shape::Nodes {
+            return self.connect_one_deployment().await;
+        }
+        if self.replicas.is_some() && self.urls.len() > 1 {
+            return Err(Error::config(
+                "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
+            ));
+        }
         let n = self.urls.len();
         if n == 0 || n == 2 {
             return Err(Error::config(format!(
@@ -402,7 +504,7 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             restart_guard: (n > 1 && !self.restart_delay.is_zero()).then_some(self.restart_delay),
             #[cfg(feature = "tls")]
-            tls_root_cert: self.tls_root_cert,
+            tls_root_cert: self.tls_root_cert.clone(),
         };
         let channels = Arc::new(Channels::default());
         let connecting = self
@@ -448,7 +550,47 @@ impl ClientBuilder {
             quorum,
             node_timeout,
         });
-        Ok(Client {
+        Ok(self.finish(channels, nodes))
+    }
+
+    /// A Cluster or Sentinel client: one [`Node`] whose connection knows the topology.
+    async fn connect_one_deployment(self) -> Result<Client, Error> {
+        if self.urls.is_empty() {
+            return Err(Error::config("no Redis URL given"));
+        }
+        #[cfg(feature = "tls")]
+        if self.tls_root_cert.is_some() {
+            // redis-rs builds these connections itself from the URLs; a private root is not
+            // handed through yet. Refused rather than silently trusting the default roots.
+            return Err(Error::config(
+                "tls_root_certificate is not supported with Client::cluster or Client::sentinel yet: use certificates signed by a webpki root",
+            ));
+        }
+        let settings = NodeSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            restart_guard: None,
+            #[cfg(feature = "tls")]
+            tls_root_cert: None,
+        };
+        let channels = Arc::new(Channels::default());
+        let node = match &self.shape {
+            Shape::Cluster => Node::cluster(&self.urls, &settings, channels.clone()).await?,
+            Shape::Sentinel(master) => {
+                Node::sentinel(&self.urls, master, &settings, channels.clone()).await?
+            }
+            Shape::Nodes => unreachable!("handled by connect"),
+        };
+        let nodes = Arc::new(Nodes {
+            nodes: vec![node],
+            quorum: 1,
+            node_timeout: self.response_timeout,
+        });
+        Ok(self.finish(channels, nodes))
+    }
+
+    fn finish(self, channels: Arc<Channels>, nodes: Arc<Nodes>) -> Client {
+        Client {
             inner: Arc::new(Inner {
                 prefix: self.prefix,
                 max_key_len: self.max_key_len,
@@ -458,8 +600,65 @@ impl ClientBuilder {
                 nodes,
                 holds: Mutex::new(HashMap::new()),
                 nonces: AtomicU64::new(1),
+                replicas: self.replicas,
+                response_timeout: self.response_timeout,
             }),
-        })
+        }
+    }
+}
+
+/// Which deployment a [`ClientBuilder`] connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shape {
+    /// One node, or the independent masters of a quorum.
+    Nodes,
+    Cluster,
+    /// Sentinels, and the master name they know.
+    Sentinel(String),
+}
+
+/// Replica acknowledgement: after a write acquisition, wait until `count` replicas of the
+/// master that took it have confirmed the write (`WAIT count timeout`, sent on the same
+/// connection right behind the acquire script, so it counts that write), or `timeout` passed.
+/// With fewer confirmations the acquisition is undone and fails with
+/// [`Error::ReplicasNotConfirmed`].
+///
+/// What it buys: a lock granted this way is on `count` replicas, so a failover that promotes
+/// one of them keeps the lock held, instead of handing it to the next caller. What it does
+/// not: `WAIT` is not strong consistency. The promoted replica may be one that did not
+/// confirm (pick `count` = all replicas to rule that out), renewals and releases are not
+/// waited for, and the master still answers other requests while it waits. See the README's
+/// "Deployments".
+///
+/// Redis answers a `WAIT` only after it, so while replicas are slow or down every request
+/// of this client to that master waits behind it for up to `timeout`: keep the timeout far
+/// below the ttl and the response timeout (it must be below the latter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    /// How many replicas must confirm.
+    pub count: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
+}
+
+impl Replicas {
+    pub(crate) fn validate(&self, response_timeout: Duration) -> Result<(), Error> {
+        if self.count == 0 {
+            return Err(Error::config("replicas: the count must be at least 1"));
+        }
+        if self.timeout.is_zero() || self.timeout.as_millis() == 0 {
+            // `WAIT n 0` would block forever.
+            return Err(Error::config(
+                "replicas: the timeout must be at least 1 ms (WAIT with 0 blocks forever)",
+            ));
+        }
+        if self.timeout >= response_timeout {
+            return Err(Error::config(format!(
+                "replicas: the timeout {:?} must be below the response timeout {response_timeout:?}, or every WAIT that runs its course would be reported as a lost connection",
+                self.timeout
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -155,6 +155,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// Replica acknowledgement was asked for ([`Replicas`](crate::Replicas)) and fewer
+    /// replicas than wanted confirmed the acquisition within the timeout. The acquisition was
+    /// undone (released with its own id) before this was returned: the lock is not held.
+    #[error("lock `{key}`: {confirmed} of {wanted} replicas confirmed the acquisition within {timeout:?}; it was undone")]
+    ReplicasNotConfirmed {
+        /// The lock's name.
+        key: String,
+        /// How many replicas had to confirm.
+        wanted: u32,
+        /// How many did.
+        confirmed: u32,
+        /// How long the master waited for them.
+        timeout: Duration,
+    },
+
     /// A setting is out of range or inconsistent; nothing was sent to Redis.
     #[error("invalid configuration: {reason}")]
     InvalidConfig {
@@ -205,6 +220,8 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Busy { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => true,
+            // A replica that is slow or resyncing may confirm the next time.
+            Error::ReplicasNotConfirmed { .. } => true,
             // Only if every node's failure may pass: a majority out of memory or holding
             // the application's data fails the same way on every try.
             Error::QuorumNotReached { errors, .. } => errors.iter().all(|e| e.retryable),
@@ -227,6 +244,7 @@ impl Error {
             | Error::Upgrade { key }
             | Error::WrongType { key, .. }
             | Error::ModeConflict { key, .. }
+            | Error::ReplicasNotConfirmed { key, .. }
             | Error::InvalidKey { key, .. } => Some(key),
             Error::Redis { key, .. } => key.as_deref(),
             _ => None,
@@ -249,7 +267,8 @@ impl Error {
 }
 
 /// A failure of the transport rather than of the request: the same request may succeed once
-/// the connection is back.
+/// the connection is back. `READONLY` (the server was demoted in a failover), `MOVED` and
+/// `ASK` (a Cluster slot moved or is moving) pass once the client follows the new topology.
 pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
@@ -257,7 +276,15 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || matches!(
             e.code(),
-            Some("LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+            Some(
+                "LOADING"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "READONLY"
+                    | "MOVED"
+                    | "ASK"
+            )
         )
 }
 

@@ -325,6 +325,24 @@ async fn release_retrying(
     }
 }
 
+/// Gives back an acquisition that must not stand (see [`LockRequest::acquire`]), retrying a
+/// transport failure while its lease `ttl` could last. True when the release was answered
+/// (the hold is gone either way); false leaves it to the caller's background release.
+///
+/// [`LockRequest::acquire`]: crate::LockRequest::acquire
+pub(crate) async fn release_now(
+    nodes: &Arc<Nodes>,
+    algorithm: &'static Algorithm,
+    key: &LockKey,
+    id: &HoldId,
+    ttl: Duration,
+) -> bool {
+    let until = Instant::now() + ttl;
+    release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES)
+        .await
+        .is_ok()
+}
+
 /// Keeps a released lock until `left` from now (its minimum hold): a lease that ends sooner
 /// (`remaining` by our clock) is extended to `left`, owner-checked, and then simply runs out;
 /// a longer one is released when `left` has passed, in the background. Ok(false): the lock was

@@ -96,6 +96,11 @@ impl LockKey {
         &self.base
     }
 
+    /// The Redis Cluster slot of every key of this lock.
+    pub(crate) fn slot(&self) -> u16 {
+        crate::conn::slot(&self.base)
+    }
+
     /// The key that holds the lock, shared: a reference count, not a copy.
     pub(crate) fn shared(&self) -> &Arc<[u8]> {
         &self.base
@@ -210,6 +215,25 @@ mod tests {
             })
             .collect();
         assert_eq!(args, vec![k.fence(), k.channel()]);
+    }
+
+    #[test]
+    fn every_key_of_a_lock_shares_its_slot() {
+        for name in [
+            "order:42",
+            "order:{42}",
+            "a{b",
+            "a{}b",
+            "{x}y{z}",
+            "ü:{}{7}",
+        ] {
+            let k = key(name);
+            let slot = k.slot();
+            assert_eq!(crate::conn::slot(&k.fence()), slot, "{name}");
+            assert_eq!(crate::conn::slot(&k.channel()), slot, "{name}");
+        }
+        // A user's tag chooses the slot on purpose: locks sharing it share a slot.
+        assert_eq!(key("order:{42}").slot(), key("payment:{42}").slot());
     }
 
     #[test]

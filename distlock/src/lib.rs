@@ -41,6 +41,15 @@
 //! * [`Client::quorum`]: Redlock (seed 000) over N independent masters: [`Client::lock`] on
 //!   such a client needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
 //!
+//! # Deployments
+//!
+//! [`Client::connect`] (one node), [`Client::sentinel`] (the master Sentinel names, followed
+//! across failovers), [`Client::cluster`] (Redis Cluster: every lock's keys in one slot,
+//! sharded pub/sub wake-ups) and [`Client::quorum`] (Redlock). On Sentinel and Cluster,
+//! replication is asynchronous: [`ClientBuilder::replicas`] / [`LockRequest::replicas`]
+//! make each acquisition wait for replicas to confirm it ([`Replicas`] says what that does
+//! and does not promise).
+//!
 //! Every mode shares one acquire loop, one wake-up mechanism (waiters sleep until a release is
 //! published, capped by the holder's remaining lease), one watchdog (renews held leases in one
 //! pipeline per node per tick; a lease that cannot be renewed is reported **lost** through
@@ -75,6 +84,7 @@
 
 mod algorithm;
 mod client;
+mod conn;
 mod context;
 mod error;
 mod guard;
@@ -93,7 +103,7 @@ mod wait;
 mod watchdog;
 
 pub use client::{
-    default_client, default_quorum_client, set_default, Client, ClientBuilder,
+    default_client, default_quorum_client, set_default, Client, ClientBuilder, Replicas,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use context::LockContext;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use crate::algorithm::{Algorithm, Ask, Attempt, HoldId, OwnerKind};
-use crate::client::Client;
+use crate::client::{Client, Replicas};
 use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
@@ -39,6 +39,7 @@ pub struct LockRequest<'c> {
     watchdog: bool,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
+    replicas: Option<Replicas>,
     min_hold: Option<Duration>,
     fencing: bool,
     label: Cow<'static, str>,
@@ -63,6 +64,7 @@ impl<'c> LockRequest<'c> {
             watchdog: true,
             renew_every: None,
             max_hold: None,
+            replicas: None,
             min_hold: None,
             fencing: false,
             label: Cow::Borrowed(NO_LABEL),
@@ -180,6 +182,16 @@ impl<'c> LockRequest<'c> {
         self
     }
 
+    /// Replica acknowledgement for this acquisition, overriding the client's
+    /// ([`ClientBuilder::replicas`](crate::ClientBuilder::replicas)): once the lock is taken,
+    /// wait until `count` replicas of its master confirmed it, for at most `timeout`; with
+    /// fewer, the acquisition is undone and fails with [`Error::ReplicasNotConfirmed`]. See
+    /// [`Replicas`] for what it does and does not promise.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count, timeout });
+        self
+    }
+
     /// Takes the lock, waiting up to the configured wait. Fails with [`Error::Timeout`] when
     /// it stayed busy, or with the connection's error when Redis stayed unreachable.
     pub async fn acquire(self) -> Result<Guard, Error> {
@@ -240,6 +252,15 @@ impl<'c> LockRequest<'c> {
             None => token::holder(self.caller),
         };
         let inner = client.inner();
+        let replicas = self.replicas.or(inner.replicas);
+        if let Some(replicas) = &replicas {
+            if client.is_quorum() {
+                return Err(Error::config(
+                    "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
+                ));
+            }
+            replicas.validate(inner.response_timeout)?;
+        }
         // The current context, or the one around it that already holds this lock.
         let holder = inner.holder_in_scope(key.lock());
         let context = holder.unwrap_or_else(LockContext::current);
@@ -299,7 +320,7 @@ impl<'c> LockRequest<'c> {
             pending.armed = true;
             let (error, holder_ttl) = match inner
                 .nodes
-                .acquire(algorithm, &key, &pending.id, ttl_ms, ask)
+                .acquire(algorithm, &key, &pending.id, ttl_ms, ask, replicas)
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
@@ -337,6 +358,15 @@ impl<'c> LockRequest<'c> {
                 Err(e) if transient(&e, &inner.nodes) => {
                     unsure = true;
                     (Some(e), None)
+                }
+                // Taken, but too few replicas confirmed it: a failover could lose it. Give it
+                // back before saying so, so no lock is left behind by a failed call.
+                Err(e @ Error::ReplicasNotConfirmed { .. }) => {
+                    let nodes = inner.nodes.clone();
+                    if crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl).await {
+                        pending.armed = false;
+                    }
+                    return Err(e);
                 }
                 // `pending` gives back what an earlier, unanswered attempt may have taken.
                 Err(e) => return Err(e),

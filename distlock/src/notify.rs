@@ -17,7 +17,7 @@
 //! waiters for one release.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,9 @@ struct Channel {
     holder_until: Mutex<Option<Instant>>,
     /// Local first attempts in flight.
     attempting: AtomicUsize,
+    /// The server dropped the subscription (a Cluster slot migrated away, taking its shard
+    /// channels along): the next waiter to sleep subscribes again.
+    dropped: AtomicBool,
 }
 
 impl Channel {
@@ -63,6 +66,7 @@ impl Channel {
             heard: Mutex::new(VecDeque::new()),
             holder_until: Mutex::new(None),
             attempting: AtomicUsize::new(0),
+            dropped: AtomicBool::new(false),
         })
     }
 }
@@ -142,6 +146,26 @@ impl Channels {
                         }
                     }
                     _ => ch.released.notify_one(),
+                }
+            }
+            // A shard channel the server dropped on its own (its slot migrated to another
+            // master) while this process has waiters on it: they would hear nothing more.
+            // Let them try once now, and have the next one to sleep subscribe again; our own
+            // SUNSUBSCRIBE (sent once the last waiter left) is confirmed the same way and is
+            // ignored here.
+            PushKind::SUnsubscribe => {
+                let Some(Value::BulkString(channel)) = push.data.first() else {
+                    return;
+                };
+                let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) else {
+                    return;
+                };
+                let Some(ch) = self.lock().get(key).cloned() else {
+                    return;
+                };
+                if ch.waiters.load(Ordering::Acquire) > 0 {
+                    ch.dropped.store(true, Ordering::Release);
+                    ch.released.notify_waiters();
                 }
             }
             // Releases published while the connection was down are lost: let every waiter
@@ -284,6 +308,31 @@ impl Notifier {
                 .unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()));
         }
         Ok((subscription, true))
+    }
+}
+
+impl Notifier {
+    /// Subscribes the connection again if the server dropped `sub`'s channel (see
+    /// [`Channels::on_push`]). True when it did so now: the caller should then attempt at
+    /// once, since a release may have gone unheard meanwhile. False when nothing was dropped,
+    /// or subscribing failed (the waiter then sleeps until its fallback, and the next one
+    /// to sleep tries again).
+    pub(crate) async fn resubscribe(&self, sub: &Subscription) -> bool {
+        if !sub.ch.dropped.load(Ordering::Acquire) {
+            return false;
+        }
+        let subscribed = sub.ch.subscribed.lock().await;
+        if subscribed.is_empty() || !sub.ch.dropped.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let mut conn = self.nodes.nodes[subscribed[0]].conn.clone();
+        match tokio::time::timeout(RESPONSE_BOUND, conn.subscribe(&sub.key.channel())).await {
+            Ok(Ok(())) => true,
+            _ => {
+                sub.ch.dropped.store(true, Ordering::Release);
+                false
+            }
+        }
     }
 }
 

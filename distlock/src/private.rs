@@ -77,6 +77,8 @@ pub struct Spec {
     pub renew_every: Option<Duration>,
     /// Cap on the total hold time.
     pub max_hold: Option<Duration>,
+    /// `replicas = n, replicas_timeout = ..`: replica acknowledgement for this lock.
+    pub replicas: Option<(u32, Duration)>,
     /// Keep the lock at least this long after acquiring it (`min_hold = ..`).
     pub min_hold: Option<Duration>,
     /// What a lost lease does to the body.
@@ -669,6 +671,9 @@ async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error
     }
     if let Some(cap) = spec.max_hold {
         request = request.max_hold(cap);
+    }
+    if let Some((count, timeout)) = spec.replicas {
+        request = request.replicas(count, timeout);
     }
     request.acquire().await
 }

@@ -121,7 +121,15 @@ impl<'a> Waiter<'a> {
         left: Duration,
     ) -> bool {
         let sub = match self.subscription.take() {
-            Some(sub) => sub,
+            Some(sub) => {
+                // The server dropped the channel (a Cluster slot migrated): listen again,
+                // and attempt at once in case the release came meanwhile.
+                if self.notifier.resubscribe(&sub).await {
+                    self.subscription = Some(sub);
+                    return true;
+                }
+                sub
+            }
             None => match self.notifier.subscribe(&self.key).await {
                 Ok((sub, first)) => {
                     self.in_flight = None;

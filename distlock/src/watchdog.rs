@@ -4,7 +4,9 @@
 //! per period. Instead one task per client keeps the held leases in a table, sleeps until the
 //! earliest is due, and renews every lease that is at least half-way to its due time in one
 //! pipeline of owner-checked extend scripts: one round trip per node per tick, however many
-//! locks. A quorum lease is renewed when a majority of nodes renewed it.
+//! locks. A quorum lease is renewed when a majority of nodes renewed it. On a Redis Cluster a
+//! pipeline can only go to one node, so the batch is split by master (see
+//! [`renew_on_cluster`]): one round trip per master per tick.
 //!
 //! A refused renewal (the lock is no longer ours) declares the lease lost at once. A failed
 //! one (timeout, connection down) is retried soon; if no renewal succeeds before the lease
@@ -13,13 +15,14 @@
 //! is sent on the same connection, so no renewal can follow a release.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::algorithm::{renewed_lease, Algorithm, HoldId};
+use crate::conn::{Conn, SlotOwners};
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::quorum::{majority_lease, Node, Nodes};
@@ -60,6 +63,8 @@ struct Shared {
     round_trips: AtomicU64,
     /// When the task will wake on its own (`None`: it waits for a lease to be added).
     sleeping_until: Mutex<Option<Instant>>,
+    /// On a Redis Cluster: which master serves which slots, to batch renewals per master.
+    slot_owners: tokio::sync::Mutex<SlotOwners>,
 }
 
 impl Shared {
@@ -155,6 +160,15 @@ async fn run(shared: Arc<Shared>, nodes: Arc<Nodes>) {
             continue;
         }
         let sent = Instant::now();
+        if let [node] = &nodes.nodes[..] {
+            if let Conn::Cluster(_) = node.conn {
+                let (replies, pipelines) =
+                    renew_on_cluster(&node.conn, &batch, &shared.slot_owners).await;
+                shared.round_trips.fetch_add(pipelines, Ordering::Relaxed);
+                record(&shared, &batch, &[replies], nodes.quorum, sent);
+                continue;
+            }
+        }
         // One pipeline per node, all nodes at once; a quorum lease needs a majority of them.
         let per_node = nodes
             .nodes
@@ -220,6 +234,117 @@ async fn renew_on(node: &Node, batch: &[Due], node_timeout: Duration, quorum: bo
             .await;
     }
     answers
+}
+
+/// Renews a batch on a Redis Cluster: one pipeline per master, all at once (a pipeline goes
+/// to one node; which master serves which slot comes from [`SlotOwners`]). Slots the map
+/// does not know get a pipeline each, routed by slot. A renewal the master refused with an
+/// error (the slot moved or is migrating, or a promoted replica lacks the script) is sent
+/// again alone, through the routing that follows redirections and sends the script's source
+/// where it is missing, and the map is read again before the next tick. Returns the answers
+/// and the number of pipelines sent.
+async fn renew_on_cluster(
+    conn: &Conn,
+    batch: &[Due],
+    owners: &tokio::sync::Mutex<SlotOwners>,
+) -> (NodeReplies, u64) {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Target {
+        Master(String, u16),
+        Slot(u16),
+    }
+    let mut owners = owners.lock().await;
+    if owners.needs_reading() {
+        owners.read(&mut conn.clone()).await;
+    }
+    let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
+    for (i, d) in batch.iter().enumerate() {
+        let slot = d.key.slot();
+        let target = match owners.owner(slot) {
+            Some((host, port)) => Target::Master(host.to_owned(), port),
+            None => Target::Slot(slot),
+        };
+        groups.entry(target).or_default().push(i);
+    }
+    let pipelines = groups.len() as u64;
+    let misrouted = AtomicBool::new(false);
+    let misrouted = &misrouted;
+    let per_group = groups.into_iter().map(|(target, indices)| async move {
+        let mut conn = conn.clone();
+        let send = |conn: &mut Conn, indices: &[usize]| {
+            let mut pipe = redis::Pipeline::with_capacity(indices.len());
+            for &i in indices {
+                let d = &batch[i];
+                pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
+            }
+            let mut conn = conn.clone();
+            let target = &target;
+            async move {
+                match target {
+                    Target::Master(host, port) => conn.pipeline_to_node(&pipe, host, *port).await,
+                    Target::Slot(slot) => conn.pipeline_to_slot(&pipe, *slot).await,
+                }
+            }
+        };
+        let Ok(mut values) = send(&mut conn, &indices).await else {
+            misrouted.store(true, Ordering::Relaxed);
+            return indices.into_iter().map(|i| (i, None)).collect::<Vec<_>>();
+        };
+        // A master that never ran the extend script (only acquisitions so far), or a promoted
+        // replica, answers NOSCRIPT: load the scripts there once and send those again together.
+        let noscript = |v: &redis::Value| {
+            matches!(v, redis::Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+        };
+        let missing: Vec<usize> = (0..indices.len()).filter(|&k| noscript(&values[k])).collect();
+        if !missing.is_empty() {
+            let algorithms = dedup(missing.iter().map(|&k| batch[indices[k]].algorithm).collect());
+            let mut load = redis::Pipeline::new();
+            for algorithm in algorithms {
+                load.cmd("SCRIPT").arg("LOAD").arg(algorithm.extend.source());
+            }
+            let loaded = match &target {
+                Target::Master(host, port) => conn.pipeline_to_node(&load, host, *port).await,
+                Target::Slot(slot) => conn.pipeline_to_slot(&load, *slot).await,
+            };
+            let again: Vec<usize> = missing.iter().map(|&k| indices[k]).collect();
+            if let (Ok(_), Ok(retried)) = (loaded, send(&mut conn, &again).await) {
+                for (&k, value) in missing.iter().zip(retried) {
+                    values[k] = value;
+                }
+            }
+        }
+        // Any other error (the slot moved or is migrating): that renewal alone again, through
+        // the routing that follows redirections; all such at once.
+        let answers = indices.into_iter().zip(values).map(|(i, value)| {
+            let mut conn = conn.clone();
+            async move {
+                let answer = match value {
+                    redis::Value::Int(ms) => Some(renewed_lease(ms)),
+                    redis::Value::ServerError(_) => {
+                        misrouted.store(true, Ordering::Relaxed);
+                        let d = &batch[i];
+                        let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
+                        d.algorithm.send_extend(&mut conn, &d.key, &cmd).await.ok()
+                    }
+                    _ => None,
+                };
+                (i, answer)
+            }
+        });
+        futures_util::future::join_all(answers).await
+    });
+    let mut replies = vec![None; batch.len()];
+    for (i, answer) in futures_util::future::join_all(per_group)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        replies[i] = answer;
+    }
+    if misrouted.load(Ordering::Relaxed) {
+        owners.mark_stale();
+    }
+    (replies, pipelines)
 }
 
 /// Applies one tick's answers: a lease is renewed when a majority renewed it, lost when a

@@ -10,6 +10,11 @@
 //! * [`FaultProxy`] — a TCP proxy in front of one server that injects
 //!   network faults: lost replies with connection resets, a black hole,
 //!   latency with jitter, refused connections and resets on demand.
+//! * [`RedisCluster`] — a Redis Cluster (3 masters + 3 replicas by default)
+//!   formed with `redis-cli --cluster create`, any process of which can be
+//!   killed, paused or restarted.
+//! * [`RedisSentinel`] — a master, its replicas and the sentinels watching it.
+//! * [`Keeper`] — owns one such deployment for a whole test binary.
 //! * [`Observer`] — occupancy and lost-update probes for mutual-exclusion
 //!   tests, shared by several processes through a separate server.
 //! * [`PostgresServer`] — a private PostgreSQL (`initdb` into a temp dir, the
@@ -33,10 +38,13 @@
 
 mod kit {
     pub(crate) mod binary;
+    pub(crate) mod cluster;
+    pub(crate) mod keeper;
     pub(crate) mod observer;
     pub(crate) mod postgres;
     pub(crate) mod procfs;
     pub(crate) mod proxy;
+    pub(crate) mod sentinel;
     pub(crate) mod server;
     pub(crate) mod servers;
     pub(crate) mod wait;
@@ -46,9 +54,12 @@ pub use kit::binary::{
     ensure_redis_available, ensure_redis_cli_available, redis_cli_path, redis_server_path,
     REDIS_CLI_ENV, REDIS_SERVER_ENV,
 };
+pub use kit::cluster::RedisCluster;
+pub use kit::keeper::Keeper;
 pub use kit::observer::Observer;
 pub use kit::postgres::{ensure_postgres_available, PostgresServer, PG_BINDIR_ENV, PG_USER_ENV};
 pub use kit::proxy::FaultProxy;
+pub use kit::sentinel::RedisSentinel;
 pub use kit::server::{RedisServer, RedisServerBuilder};
 pub use kit::servers::RedisServers;
 pub use kit::wait::{wait_until, wait_until_async};
@@ -308,6 +319,40 @@ mod tests {
             assert_eq!(other.violations().await, 0);
             assert_eq!(other.counter().await, 0);
         });
+    }
+
+    #[test]
+    fn a_cluster_forms_and_fails_over() {
+        let started = Instant::now();
+        let mut cluster = RedisCluster::start();
+        eprintln!("cluster up in {:?}", started.elapsed());
+        assert_eq!(cluster.len(), 6);
+        let slot = RedisCluster::slot_of(b"distlock:{x}");
+        let master = cluster.master_of_slot(slot);
+        let replicas = cluster.replicas_of_slot(slot);
+        assert_eq!(replicas.len(), 1, "one replica per master");
+        cluster.server_mut(master).kill();
+        let (promoted, took) = cluster.wait_failover(slot, master);
+        eprintln!("failover in {took:?}");
+        assert_eq!(promoted, replicas[0]);
+        cluster.server_mut(master).restart();
+        cluster.wait_settled();
+        assert_eq!(cluster.replicas_of_slot(slot), vec![master]);
+    }
+
+    #[test]
+    fn a_sentinel_deployment_forms_and_fails_over() {
+        let started = Instant::now();
+        let mut deployment = RedisSentinel::start();
+        eprintln!("sentinels up in {:?}", started.elapsed());
+        assert_eq!(deployment.master(), Some(0));
+        deployment.server_mut(0).kill();
+        let (promoted, took) = deployment.wait_failover(0);
+        eprintln!("failover in {took:?}");
+        assert_ne!(promoted, 0);
+        deployment.server_mut(0).restart();
+        deployment.wait_settled();
+        assert_eq!(deployment.master(), Some(promoted));
     }
 
     #[test]

@@ -3,15 +3,10 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::as_other_owner;
 use distlock::Client;
 use distlock_testkit::RedisServer;
 
-/// The ACL rules the README gives a locking service (after `on >password`).
-const RULES: &str =
-    "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous";
+use common::ACL_RULES as RULES;
 
 async fn locker(server: &RedisServer) -> Client {
     let mut admin = server.async_connection().await;
@@ -36,60 +31,7 @@ async fn every_mode_works_for_a_least_privileged_user() {
     let server = RedisServer::start();
     let locks = locker(&server).await;
 
-    // setnx (the plain SET acquire), with a waiter (the fencing script) woken by the release.
-    let held = locks.lock("acl-setnx").try_acquire().await.expect("setnx");
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(async move {
-            locks
-                .lock("acl-setnx")
-                .wait(Duration::from_secs(30))
-                .fencing(true)
-                .acquire()
-                .await
-        })
-    };
-    tokio::task::yield_now().await;
-    held.release().await.expect("release");
-    let next = waiter.await.expect("task").expect("the waiter gets it");
-    assert!(next.fencing_token().is_some());
-    next.release().await.expect("release");
-
-    // reentrant with a re-entry, and an extension.
-    let mut outer = locks
-        .reentrant("acl-re")
-        .try_acquire()
-        .await
-        .expect("reentrant");
-    let inner = locks
-        .reentrant("acl-re")
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("re-entry");
-    outer.extend(Duration::from_secs(20)).await.expect("extend");
-    inner.release().await.expect("release");
-    outer.release().await.expect("release");
-
-    // read/write: readers share, a writer waits for them and is woken.
-    let r1 = locks.read("acl-rw").try_acquire().await.expect("read");
-    let r2 = as_other_owner(locks.read("acl-rw").try_acquire())
-        .await
-        .expect("readers share");
-    let writer = {
-        let locks = locks.clone();
-        tokio::spawn(async move {
-            locks
-                .write("acl-rw")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
-    r1.release().await.expect("release");
-    r2.release().await.expect("release");
-    let w = writer.await.expect("task").expect("the writer gets in");
-    w.release().await.expect("release");
+    common::every_mode_works(&locks, "acl").await;
 
     // And what the user may not do is still refused: its rights are really that narrow.
     let mut conn = redis::Client::open(format!(

@@ -112,8 +112,17 @@ async fn two_hundred_waiters_in_two_processes_are_all_served_with_few_commands()
          ({:.2} requests from clients, the rest run inside our scripts)",
         requests as f64 / 200.0
     );
+    // A spin would show in the client's requests: each waiter is woken about once.
     assert!(
-        per_acquisition <= 10.0,
+        requests as f64 / 200.0 <= 4.0,
+        "{:.2} client requests per acquisition",
+        requests as f64 / 200.0
+    );
+    // Inside the scripts: SET, INCR and TIME (the fence floor, on every acquisition since
+    // the Cluster work), GET, DEL and PUBLISH, plus a busy attempt's few; a spin would be
+    // many times this.
+    assert!(
+        per_acquisition <= 12.0,
         "{per_acquisition:.2} commands per acquisition"
     );
 }

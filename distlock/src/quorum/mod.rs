@@ -32,9 +32,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::ConnectionManager;
 
 use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
+use crate::client::Replicas;
+use crate::conn::Conn;
 use crate::error::{Error, NodeError};
 use crate::key::LockKey;
 use crate::token;
@@ -61,7 +62,7 @@ impl Nodes {
     }
 
     /// The connection of a single-node client.
-    fn single(&self) -> Option<ConnectionManager> {
+    fn single(&self) -> Option<Conn> {
         (!self.is_quorum()).then(|| self.nodes[0].conn.clone())
     }
 
@@ -73,7 +74,7 @@ impl Nodes {
         op: F,
     ) -> FuturesUnordered<impl Future<Output = (usize, Answer<T>)> + 'a>
     where
-        F: Fn(ConnectionManager) -> Fut + 'a,
+        F: Fn(Conn) -> Fut + 'a,
         Fut: Future<Output = Result<T, Error>> + 'a,
         T: 'a,
     {
@@ -95,7 +96,7 @@ impl Nodes {
         op: F,
     ) -> FuturesUnordered<impl Future<Output = (usize, Answer<T>)> + Send + 'static>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, Error>> + Send + 'static,
         T: Send + 'static,
     {
@@ -113,7 +114,9 @@ impl Nodes {
             .collect()
     }
 
-    /// One acquire attempt on every node.
+    /// One acquire attempt on every node (with replica acknowledgement, on the one node: it
+    /// is refused on a quorum before this is reached).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         algorithm: &'static Algorithm,
@@ -121,8 +124,15 @@ impl Nodes {
         id: &HoldId,
         ttl_ms: u64,
         ask: Ask,
+        replicas: Option<Replicas>,
     ) -> Result<Attempt, Error> {
         if let Some(mut conn) = self.single() {
+            if let Some(replicas) = replicas {
+                let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
+                return algorithm
+                    .try_acquire_acked(&mut conn, &call, replicas)
+                    .await;
+            }
             return algorithm.try_acquire(&mut conn, key, id, ttl_ms, ask).await;
         }
         // One command for all nodes.
@@ -240,9 +250,10 @@ impl Nodes {
         id: &HoldId,
     ) -> Result<bool, Error> {
         if let Some(mut conn) = self.single() {
-            return algorithm.try_release(&mut conn, key, id).await;
+            let sharded = conn.sharded();
+            return algorithm.try_release(&mut conn, key, id, sharded).await;
         }
-        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id()));
+        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id(), false));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
             async move {
@@ -256,7 +267,7 @@ impl Nodes {
     /// Gives the hold back on every node and waits for all of them (or their timeouts): a
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
-        let cmd = &algorithm.release_cmd(key, id, &token::wake_id());
+        let cmd = &algorithm.release_cmd(key, id, &token::wake_id(), false);
         self.fan_out(true, |mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })

@@ -29,6 +29,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::mpsc;
 
+use crate::conn::sentinel::SentinelSettings;
+use crate::conn::{Conn, SentinelConn};
 use crate::error::{Error, Op};
 use crate::notify::Channels;
 
@@ -48,7 +50,7 @@ pub(crate) struct NodeSettings {
 }
 
 pub(crate) struct Node {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) addr: String,
     health: Arc<Health>,
     /// The task that re-reads the run_id after a disconnection; stopped with the node.
@@ -169,12 +171,110 @@ impl Node {
             }
         };
         let node = Node {
-            conn,
+            conn: Conn::Single(conn),
             addr,
             health,
             monitor,
         };
         Ok((node, failure))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (RESP3, sharded wake-ups feed
+    /// `channels`). redis-rs discovers the topology, routes each script to the master of its
+    /// slot, follows `MOVED`/`ASK` and refreshes the slot map after a failover.
+    pub(crate) async fn cluster(
+        urls: &[String],
+        settings: &NodeSettings,
+        channels: Arc<Channels>,
+    ) -> Result<Node, Error> {
+        let addr = urls
+            .iter()
+            .map(|u| crate::client::redact(u))
+            .collect::<Vec<_>>()
+            .join(",");
+        let bad_url =
+            |e: redis::RedisError| Error::config(format!("cannot use Redis URLs `{addr}`: {e}"));
+        let infos = urls
+            .iter()
+            .map(|u| u.as_str().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad_url)?;
+        let on_push = move |push: PushInfo| {
+            channels.on_push(push);
+            Ok::<(), std::convert::Infallible>(())
+        };
+        let client = redis::cluster::ClusterClientBuilder::new(infos)
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(on_push)
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.response_timeout)
+            .build()
+            .map_err(bad_url)?;
+        let connecting = client.get_async_connection();
+        let conn = match tokio::time::timeout(settings.connect_timeout, connecting).await {
+            Ok(result) => result.map_err(|e| connect_error(&addr, e))?,
+            Err(_) => {
+                return Err(connect_error(
+                    &addr,
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {:?}", settings.connect_timeout),
+                    )
+                    .into(),
+                ))
+            }
+        };
+        Ok(Node {
+            conn: Conn::Cluster(conn),
+            addr,
+            health: Arc::new(Health::default()),
+            monitor: None,
+        })
+    }
+
+    /// Connects to the master the sentinels at `urls` know as `master_name`, and follows it
+    /// across failovers (see [`crate::conn::sentinel`]).
+    pub(crate) async fn sentinel(
+        urls: &[String],
+        master_name: &str,
+        settings: &NodeSettings,
+        channels: Arc<Channels>,
+    ) -> Result<Node, Error> {
+        let addr = format!(
+            "{} ({master_name})",
+            urls.iter()
+                .map(|u| crate::client::redact(u))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let bad_url =
+            |e: redis::RedisError| Error::config(format!("cannot use sentinel URLs `{addr}`: {e}"));
+        let sentinels = urls
+            .iter()
+            .map(|u| u.as_str().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad_url)?;
+        // The data servers take the first sentinel URL's credentials and database.
+        let data = sentinels
+            .first()
+            .map(|s| s.redis_settings().clone())
+            .unwrap_or_default();
+        let sentinel_settings = SentinelSettings {
+            sentinels,
+            master_name: master_name.to_owned(),
+            data,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+        };
+        let (conn, monitor) = SentinelConn::connect(sentinel_settings, channels)
+            .await
+            .map_err(|e| connect_error(&addr, e))?;
+        Ok(Node {
+            conn: Conn::Sentinel(conn),
+            addr,
+            health: Arc::new(Health::default()),
+            monitor: Some(monitor),
+        })
     }
 
     /// True when this node's answers count toward a quorum now.

@@ -25,11 +25,12 @@ local function mint()
   if type(fence) == 'table' then
     return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
   end
-  if fence == 1 then
-    -- A new counter (first use, or lost in a restart): start at the server's clock in
-    -- microseconds, above every token issued before (see the setnx acquire script).
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- The fence floor (see the setnx acquire script): never below the server clock's current
+  -- millisecond in microseconds, so tokens keep growing across a lost or lagging counter.
+  local t = redis.call('time')
+  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+  if fence < floor then
+    fence = floor
     redis.call('set', KEYS[2], string.format('%.0f', fence))
   end
   return fence

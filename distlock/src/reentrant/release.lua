@@ -1,7 +1,8 @@
 -- Give back one acquisition of the owner's hold; the last one deletes the lock and wakes a
 -- waiter.
 -- KEYS[1] lock key, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce
--- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum).
+-- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
+-- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, taken
 -- over, or already given back by an earlier try of this release).
 -- pcall: a key of another type is simply not ours, not a script failure.
@@ -14,6 +15,6 @@ end
 -- Only 'owner' and 'fence' left: that was the last acquisition.
 if redis.call('hlen', KEYS[1]) <= 2 then
   redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], '')
+  redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], '')
 end
 return 1

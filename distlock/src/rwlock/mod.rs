@@ -84,7 +84,7 @@ use crate::algorithm::{Algorithm, OwnerKind};
 /// One script: the shared prelude (state loading, pruning, expiry) followed by the body.
 macro_rules! script {
     ($body:literal) => {
-        redis::Script::new(concat!(include_str!("prelude.lua"), include_str!($body)))
+        crate::algorithm::Lua::new(concat!(include_str!("prelude.lua"), include_str!($body)))
     };
 }
 

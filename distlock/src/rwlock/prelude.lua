@@ -248,17 +248,19 @@ local function add_read(s, owner, nonce, now, ttl)
   s.dirty = true
 end
 
--- The next fencing token: the counter plus one, or the server's clock in microseconds for a
--- new counter (first use, or lost in a restart without persistence), which is above every
--- token issued before (each acquisition takes the server more than 1 us). Nil and a
--- description when the counter key holds the application's data.
+-- The next fencing token: the counter plus one, but never below the server clock's current
+-- millisecond in microseconds (the fence floor, see the setnx acquire script), so tokens keep
+-- growing across a counter that went back: first use, lost in a restart without persistence,
+-- or a promoted replica that had not received the latest increments. Nil and a description
+-- when the counter key holds the application's data.
 local function mint(now_us)
   local fence = redis.pcall('incr', KEYS[2])
   if type(fence) == 'table' then
     return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
   end
-  if fence == 1 then
-    fence = now_us
+  local floor = now_us - now_us % 1000
+  if fence < floor then
+    fence = floor
     redis.call('set', KEYS[2], int(fence))
   end
   return fence

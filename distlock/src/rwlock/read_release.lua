@@ -2,7 +2,8 @@
 -- them if writers registered intents (readers waiting behind those intents share the channel,
 -- and a single wake-up could land on one of them instead of a writer), else one.
 -- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce
--- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum).
+-- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
+-- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
 -- already given back by an earlier try of this release). Other readers' holds are never
 -- touched.
@@ -30,6 +31,6 @@ else
 end
 settle(s, now)
 if s.nreaders == 0 and not s.writer then
-  redis.call('publish', KEYS[2], s.nintents > 0 and 'all' or '')
+  redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], s.nintents > 0 and 'all' or '')
 end
 return 1

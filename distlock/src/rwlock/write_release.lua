@@ -2,7 +2,8 @@
 -- may come in now. If the owner also holds the read lock (a downgrade), the lock stays
 -- read-held by it.
 -- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce
--- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum).
+-- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
+-- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
 -- already given back by an earlier try of this release).
 local owner, nonce = ARGV[1], ARGV[2]
@@ -29,5 +30,5 @@ end
 redis.call('hdel', KEYS[1], 'writer', 'writer-until', 'writer-fence', 'w:' .. nonce)
 s.writer = nil
 settle(s, now)
-redis.call('publish', KEYS[2], 'all')
+redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], 'all')
 return 1

@@ -24,13 +24,17 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('del', KEYS[1])
     return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
   end
-  if fence == 1 then
-    -- A new counter: the first use of the name, or the counter was lost (a restart without
-    -- persistence). Start at the server's clock in microseconds: every token issued before
-    -- was at most the clock of its time (each acquisition takes the server more than 1 us),
-    -- so tokens keep growing across the loss.
-    local t = redis.call('time')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- The fence floor: a token is never below the server clock's current millisecond, in
+  -- microseconds. Every token stays at or below the clock of its time (each acquisition takes
+  -- the server more than 1 us), so a counter that went back (the first use of the name, a
+  -- counter lost in a restart without persistence, or a promoted replica that had not yet
+  -- received the latest increments) still issues a token above every earlier one, as long as
+  -- this server's clock is not behind the old one's by more than the failover took. Written
+  -- back at most once a millisecond per lock.
+  local t = redis.call('time')
+  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+  if fence < floor then
+    fence = floor
     redis.call('set', KEYS[2], string.format('%.0f', fence))
   end
   return {1, fence}

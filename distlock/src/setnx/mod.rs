@@ -15,7 +15,7 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: false,
     plain_acquire: true,
     quorum: true,
-    acquire: redis::Script::new(include_str!("acquire.lua")),
-    release: redis::Script::new(include_str!("release.lua")),
-    extend: redis::Script::new(include_str!("extend.lua")),
+    acquire: crate::algorithm::Lua::new(include_str!("acquire.lua")),
+    release: crate::algorithm::Lua::new(include_str!("release.lua")),
+    extend: crate::algorithm::Lua::new(include_str!("extend.lua")),
 });

@@ -18,6 +18,15 @@ const PANELS: [(&str, &str, &str); 3] = [
     ),
 ];
 
+/// A column's name under its bar: a long name would run into its neighbours' (the title
+/// spells the short ones out).
+fn short(name: &str) -> &str {
+    match name {
+        "distributed-lock-redis" => "dl-redis",
+        name => name,
+    }
+}
+
 pub fn draw(results: &Results, path: &Path) -> Result<(), String> {
     draw_panels(results, path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -28,7 +37,7 @@ fn draw_panels(results: &Results, path: &Path) -> Result<(), Box<dyn std::error:
     let (title, body) = root.split_vertically(36);
     title.titled(
         &format!(
-            "distlock benchmark, medians of {} rounds ({} cores)",
+            "distlock benchmark, medians of {} rounds ({} cores; dl-redis: distributed-lock-redis)",
             results.meta.plan.rounds, results.meta.cores
         ),
         ("sans-serif", 20),
@@ -44,7 +53,7 @@ fn draw_panels(results: &Results, path: &Path) -> Result<(), Box<dyn std::error:
             .x_label_area_size(28)
             .y_label_area_size(56)
             .build_cartesian_2d((0..series.len() as i32).into_segmented(), 0.0..top)?;
-        let names: Vec<&str> = series.iter().map(|(name, _)| *name).collect();
+        let names: Vec<&str> = series.iter().map(|(name, _)| short(name)).collect();
         chart
             .configure_mesh()
             .disable_x_mesh()

@@ -38,19 +38,28 @@ pub enum Kind {
     Distlock,
     Rslock,
     Redlock,
+    /// `distributed-lock-redis` (on fred, not redis-rs).
+    DlRedis,
     /// The bare minimum with redis-rs: the floor every lock is measured against.
     Limit,
 }
 
 impl Kind {
     /// Column order of every table, chart and round.
-    pub const ALL: [Kind; 4] = [Kind::Distlock, Kind::Rslock, Kind::Redlock, Kind::Limit];
+    pub const ALL: [Kind; 5] = [
+        Kind::Distlock,
+        Kind::Rslock,
+        Kind::Redlock,
+        Kind::DlRedis,
+        Kind::Limit,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Distlock => "distlock",
             Kind::Rslock => "rslock",
             Kind::Redlock => "redlock",
+            Kind::DlRedis => "distributed-lock-redis",
             Kind::Limit => "limit",
         }
     }
@@ -58,6 +67,15 @@ impl Kind {
     /// Whether the issue's targets apply to this column (our own lock modes).
     pub fn ours(self) -> bool {
         matches!(self, Kind::Distlock)
+    }
+
+    /// A peer crate: our columns must be ahead of every one of these.
+    pub fn peer(self) -> bool {
+        !self.ours() && self != Kind::Limit
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// How the column is set up, printed under the table.
@@ -85,10 +103,30 @@ impl Kind {
                  It opens a new TCP connection for every command; `lock()` has no deadline and sleeps after its \
                  last failed try too, so the bench loops over `lock()` until the wait deadline."
             }
+            Kind::DlRedis => {
+                "distributed-lock-redis =0.2.0 (with distributed-lock-core =0.2.0; built on fred 9, its own Redis \
+                 client with one auto-pipelined connection per node, not on redis-rs): one `RedisLockProvider` \
+                 (`builder().urls(urls).expiry(10 s).min_validity(9 s).extension_cadence(10 s / 3)`: its defaults are \
+                 30 s, 27 s and 10 s, the same proportions), `provider.create_lock(key).try_acquire()` (a fresh lock \
+                 object per acquisition: its token is drawn when the object is made), `handle.release()`. \
+                 Its `acquire(timeout)` makes one attempt and returns `Timeout` at once when the lock is busy (it \
+                 does not wait; it also spawns a task that sleeps for the whole timeout), so the bench loops over \
+                 `try_acquire()` with a uniform [0, 2 ms) pause, the other peers' retry delay, until the wait deadline. \
+                 Every handle spawns an extension task whose first interval tick fires at once, so an extend script \
+                 can go out right after the acquire, racing the release that aborts the task. The key gets the \
+                 prefix `distributed-lock:`. In S4 it sends SET NX PX to all nodes in parallel and returns at a \
+                 majority; a failed attempt leaves its partial SETs to expire."
+            }
             Kind::Limit => {
                 "limit: the minimal correct commands with redis-rs on one shared MultiplexedConnection: \
                  `SET key token NX PX 10000`, release by a compare-and-delete `redis::Script` (EVALSHA); \
-                 a busy lock is polled every 1 ms (`tokio::time::sleep`, which rounds up to the 1 ms timer tick)."
+                 a busy lock is polled every 1 ms (`tokio::time::sleep`, which rounds up to the 1 ms timer tick). \
+                 In S4 (limit-quorum) the minimal correct Redlock: one MultiplexedConnection per node, \
+                 `SET key token NX PX 10000` sent to all 5 nodes at once (the futures joined, so it waits for all 5 \
+                 answers), held if at least 3 said OK and the validity (ttl - elapsed - (ttl/100 + 2 ms)) is still \
+                 positive; release (and the undo of a failed attempt) is the compare-and-delete script on all 5 at once, \
+                 joined the same way. No per-node timeout (the bench's nodes are healthy), so it is a floor, not a \
+                 production client."
             }
         }
     }
@@ -101,6 +139,9 @@ impl Kind {
                 "no watchdog: rslock renews only when asked (`extend`, one request per lock per node), so there is no batched renewal to measure",
             ),
             Kind::Redlock => Some("no watchdog and no extend: a lock lives for its ttl"),
+            Kind::DlRedis => Some(
+                "not batched: every held lock has an extension task of its own (a tokio interval, one extend script per lock per node per tick)",
+            ),
             Kind::Limit => Some("baseline without renewal: a lock lives for its ttl"),
         }
     }
@@ -137,7 +178,20 @@ impl Kind {
                 redlock.set_retry(PEER_RETRY_COUNT, PEER_RETRY_DELAY_MS);
                 Arc::new(Redlock(Arc::new(redlock)))
             }
-            Kind::Limit if quorum => return Err("single-node baseline".into()),
+            Kind::DlRedis => {
+                let provider = distributed_lock_redis::RedisLockProvider::builder()
+                    .urls(urls)
+                    .expiry(TTL)
+                    .min_validity(TTL * 9 / 10)
+                    .extension_cadence(TTL / 3)
+                    .build()
+                    .await
+                    .map_err(|e| failed(&e))?;
+                Arc::new(DlRedis(provider))
+            }
+            Kind::Limit if quorum => {
+                Arc::new(LimitQuorum::connect(urls).await.map_err(|e| failed(&e))?)
+            }
             Kind::Limit => Arc::new(Limit::connect(&urls[0]).await.map_err(|e| failed(&e))?),
         })
     }
@@ -249,6 +303,35 @@ impl Release for RedlockHeld {
     }
 }
 
+struct DlRedis(distributed_lock_redis::RedisLockProvider);
+
+impl Column for DlRedis {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        use distributed_lock_core::traits::{DistributedLock, LockProvider};
+        Box::pin(async move {
+            let deadline = Instant::now() + wait;
+            loop {
+                match self.0.create_lock(key).try_acquire().await {
+                    Ok(Some(handle)) => return Ok(Box::new(handle) as Held),
+                    Ok(None) if Instant::now() < deadline => {
+                        let pause = rand::random_range(0..PEER_RETRY_DELAY_MS * 1_000);
+                        tokio::time::sleep(Duration::from_micros(pause.into())).await;
+                    }
+                    Ok(None) => return Err(timed_out(key, wait)),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+    }
+}
+
+impl Release for distributed_lock_redis::RedisLockHandle {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        use distributed_lock_core::traits::LockHandle;
+        Box::pin(async move { LockHandle::release(*self).await.map_err(|e| e.to_string()) })
+    }
+}
+
 struct Limit {
     conn: redis::aio::MultiplexedConnection,
     release: Arc<redis::Script>,
@@ -308,6 +391,124 @@ impl Column for Limit {
                     return Err(timed_out(key, wait));
                 }
                 tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+/// `limit` on the quorum nodes (`limit-quorum`): the minimal correct Redlock.
+struct LimitQuorum {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    release: Arc<redis::Script>,
+}
+
+impl LimitQuorum {
+    async fn connect(urls: &[String]) -> redis::RedisResult<LimitQuorum> {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(
+                redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            );
+        }
+        Ok(LimitQuorum {
+            conns,
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        })
+    }
+}
+
+/// The compare-and-delete script on every node at once; how many deleted the key.
+async fn release_all(
+    conns: &[redis::aio::MultiplexedConnection],
+    script: &redis::Script,
+    key: &str,
+    token: &str,
+) -> Result<usize, String> {
+    let replies = futures::future::join_all(conns.iter().map(|conn| {
+        let mut conn = conn.clone();
+        async move {
+            script
+                .key(key)
+                .arg(token)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        }
+    }))
+    .await;
+    let mut deleted = 0;
+    for reply in replies {
+        deleted += usize::from(reply.map_err(|e| e.to_string())? == 1);
+    }
+    Ok(deleted)
+}
+
+impl Column for LimitQuorum {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            let token = format!("{:032x}", rand::random::<u128>());
+            let deadline = Instant::now() + wait;
+            let quorum = self.conns.len() / 2 + 1;
+            let drift = TTL / 100 + Duration::from_millis(2);
+            loop {
+                let started = Instant::now();
+                let replies = futures::future::join_all(self.conns.iter().map(|conn| {
+                    let mut conn = conn.clone();
+                    let set = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .clone();
+                    async move { set.query_async::<Option<String>>(&mut conn).await }
+                }))
+                .await;
+                // A node's error counts as a no, like a busy key.
+                let acked = replies.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+                let valid = started.elapsed() + drift < TTL;
+                if acked >= quorum && valid {
+                    return Ok(Box::new(LimitQuorumHeld {
+                        conns: self.conns.clone(),
+                        release: Arc::clone(&self.release),
+                        key: key.to_owned(),
+                        token,
+                        quorum,
+                    }) as Held);
+                }
+                // Undo a partial acquisition everywhere before trying again.
+                if acked > 0 {
+                    release_all(&self.conns, &self.release, key, &token).await?;
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(key, wait));
+                }
+                tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+struct LimitQuorumHeld {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    release: Arc<redis::Script>,
+    key: String,
+    token: String,
+    quorum: usize,
+}
+
+impl Release for LimitQuorumHeld {
+    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            let deleted = release_all(&self.conns, &self.release, &self.key, &self.token).await?;
+            if deleted >= self.quorum {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{}` was ours on only {deleted} nodes at release",
+                    self.key
+                ))
             }
         })
     }

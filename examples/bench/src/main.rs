@@ -1,5 +1,5 @@
-//! `bench`: distlock against rslock, redlock and the bare redis-rs minimum (`limit`), on
-//! redis-server processes of its own.
+//! `bench`: distlock against rslock, redlock, distributed-lock-redis and the bare redis-rs
+//! minimum (`limit`), on redis-server processes of its own.
 //!
 //! ```text
 //! cargo run --release -p distlock-bench -- [--quick] [--out DIR]
@@ -11,6 +11,7 @@
 mod chart;
 mod columns;
 mod report;
+mod s3x;
 mod scenarios;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,11 @@ const USAGE: &str = "usage: bench [--quick] [--out DIR]   (default DIR: target/b
 type Columns = Vec<(Kind, Result<Arc<dyn Column>, String>)>;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    // One of S3x's two processes (see `s3x`): no servers, no report.
+    if args.get(1).map(String::as_str) == Some(s3x::CHILD_FLAG) {
+        return s3x::child(&args[2..]);
+    }
     let (quick, out) = match parse_args() {
         Ok(args) => args,
         Err(msg) => {
@@ -144,6 +150,10 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
                 held_locks(plan, node, round, results).await;
                 continue;
             }
+            if scenario == Scenario::S3x {
+                two_processes(plan, node, round, results).await;
+                continue;
+            }
             let columns = if scenario.quorum() { &quorum } else { &single };
             let mut kinds = Vec::new();
             let mut entries = Vec::new();
@@ -238,6 +248,27 @@ async fn held_locks(plan: &Plan, node: &RedisServer, round: usize, results: &mut
         }
     }
     eprintln!("  S6   {:>6.2} s", started.elapsed().as_secs_f64());
+}
+
+/// S3x: for each column in turn (the first one rotating per round), two child processes of
+/// this binary contend on one key.
+async fn two_processes(plan: &Plan, node: &RedisServer, round: usize, results: &mut Results) {
+    let started = Instant::now();
+    for i in 0..Kind::ALL.len() {
+        let kind = Kind::ALL[(i + round) % Kind::ALL.len()];
+        let key = format!("bench:S3x:{}:r{round}", kind.name());
+        let (url, duration) = (node.url(), plan.s3x_duration);
+        let run = tokio::task::spawn_blocking(move || s3x::run(kind, &url, &key, duration)).await;
+        let cell = results.cell(Scenario::S3x, kind);
+        match run.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("S3x {}: {e}", kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!("  S3x  {:>6.2} s", started.elapsed().as_secs_f64());
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine shows up here.

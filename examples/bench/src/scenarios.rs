@@ -21,6 +21,9 @@ const S2_TASKS: usize = 32;
 const S3_TASKS: usize = 8;
 pub const S3_HOLD: Duration = Duration::from_micros(200);
 pub const S3B_HOLD: Duration = Duration::from_millis(5);
+/// S3x: OS processes, and tasks in each, contending on one key with `S3_HOLD`.
+pub const S3X_PROCESSES: usize = 2;
+pub const S3X_TASKS: usize = 4;
 /// S6: locks held at once, their ttl (the watchdog renews every ttl/3), and the tasks that
 /// take them.
 pub const S6_LOCKS: usize = 10_000;
@@ -33,17 +36,19 @@ pub enum Scenario {
     S2,
     S3,
     S3b,
+    S3x,
     S4,
     S5,
     S6,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S3,
         Scenario::S3b,
+        Scenario::S3x,
         Scenario::S4,
         Scenario::S5,
         Scenario::S6,
@@ -55,6 +60,7 @@ impl Scenario {
             Scenario::S2 => "S2",
             Scenario::S3 => "S3",
             Scenario::S3b => "S3b",
+            Scenario::S3x => "S3x",
             Scenario::S4 => "S4",
             Scenario::S5 => "S5",
             Scenario::S6 => "S6",
@@ -67,7 +73,8 @@ impl Scenario {
             Scenario::S2 => "S2 32 tasks, distinct keys",
             Scenario::S3 => "S3 8 tasks, one key, hold 200 µs",
             Scenario::S3b => "S3b 8 tasks, one key, hold 5 ms",
-            Scenario::S4 => "S4 5-node quorum acquire+release, 1 task",
+            Scenario::S3x => "S3x 2 processes × 4 tasks, one key, hold 200 µs",
+            Scenario::S4 => "S4 5-node quorum acquire+release, 1 task (limit: limit-quorum)",
             Scenario::S5 => "S5 annotated fn vs the same lock by hand, 1 task",
             Scenario::S6 => "S6 10,000 held locks under the watchdog (ttl 3 s)",
         }
@@ -88,6 +95,8 @@ pub struct Plan {
     pub ping_count: usize,
     pub s2_duration: Duration,
     pub s3_duration: Duration,
+    /// Length of one S3x run (both processes run for it).
+    pub s3x_duration: Duration,
     /// Length of the one extra S3 run per column under MONITOR (outside the timed rounds).
     pub accounting_duration: Duration,
     /// S6: how long the 10,000 locks are held and measured (several renewal periods).
@@ -105,6 +114,7 @@ impl Plan {
                 ping_count: 500,
                 s2_duration: Duration::from_millis(500),
                 s3_duration: Duration::from_secs(1),
+                s3x_duration: Duration::from_secs(1),
                 accounting_duration: Duration::from_millis(500),
                 s6_window: Duration::from_secs(3),
                 warmup_cycles: 50,
@@ -117,6 +127,7 @@ impl Plan {
                 ping_count: 2_000,
                 s2_duration: Duration::from_secs(2),
                 s3_duration: Duration::from_secs(3),
+                s3x_duration: Duration::from_millis(1_500),
                 accounting_duration: Duration::from_secs(1),
                 s6_window: Duration::from_secs(6),
                 warmup_cycles: 200,
@@ -149,11 +160,12 @@ pub async fn run_round(
         Scenario::S1 => latency(entries, plan.s1_cycles).await,
         Scenario::S4 => latency(entries, plan.s4_cycles).await,
         Scenario::S2 => throughput(entries, plan.s2_duration).await,
-        // Only distlock has a batched watchdog and the attributes; `main` runs S5 and S6 on
-        // their own (`annotated`, `held_locks`).
-        Scenario::S5 | Scenario::S6 => entries
+        // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
+        // of its own; `main` runs them on their own (`annotated`, `held_locks`,
+        // `two_processes`).
+        Scenario::S3x | Scenario::S5 | Scenario::S6 => entries
             .iter()
-            .map(|_| Err("S5 and S6 run through `annotated` and `held_locks`".to_owned()))
+            .map(|_| Err("S3x, S5 and S6 run on their own".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -165,7 +177,15 @@ pub async fn run_round(
             let mut results = Vec::with_capacity(entries.len());
             for entry in entries {
                 let before = server.commandstats();
-                let run = contended(entry.column, &entry.key, hold, plan.s3_duration).await;
+                let run = contended(
+                    entry.column,
+                    &entry.key,
+                    S3_TASKS,
+                    hold,
+                    Instant::now() + plan.s3_duration,
+                    None,
+                )
+                .await;
                 let commands = lock_commands(&before, &server.commandstats());
                 results.push(run.map(|run| {
                     let acquisitions = run.acquisitions() as f64;
@@ -295,11 +315,11 @@ async fn distinct_keys(entry: &Entry<'_>, duration: Duration) -> Result<(u64, Du
 
 /// What the contended tasks saw. Hand-off: from the moment holder k is about to call
 /// release to the moment the next successful acquire (any task's) returns.
-struct Contended {
-    elapsed: Duration,
-    per_task: Vec<u64>,
-    handoffs: Vec<Duration>,
-    max_occupancy: usize,
+pub struct Contended {
+    pub elapsed: Duration,
+    pub per_task: Vec<u64>,
+    pub handoffs: Vec<Duration>,
+    pub max_occupancy: usize,
 }
 
 impl Contended {
@@ -324,27 +344,50 @@ impl Contended {
     }
 }
 
+/// Tasks inside the critical section now, and the most ever at once. S3x keeps one in memory
+/// both of its processes map (`s3x`), so that one counts across processes; `repr(C)` fixes the
+/// layout the parent reads back.
+#[derive(Default)]
+#[repr(C)]
+pub struct Occupancy {
+    pub inside: AtomicUsize,
+    pub max_inside: AtomicUsize,
+}
+
+impl Occupancy {
+    fn enter(&self) {
+        let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inside.fetch_max(inside, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[derive(Default)]
 struct Probe {
-    inside: AtomicUsize,
-    max_inside: AtomicUsize,
+    occupancy: Occupancy,
     /// When the last holder was about to release, and the hand-offs measured so far. One
     /// mutex: holders are serialised by the lock anyway, so it is never contended for long.
     timeline: Mutex<(Option<Instant>, Vec<Duration>)>,
 }
 
-/// 8 tasks take turns on one key, each holding it for `hold` (a spin, so the hold is exact
-/// and costs CPU like real work), for a fixed time.
-async fn contended(
+/// `tasks` tasks take turns on one key, each holding it for `hold` (a spin, so the hold is
+/// exact and costs CPU like real work), starting no new cycle after `deadline`. Occupancy is
+/// counted in this process, and also in `shared` if given.
+pub async fn contended(
     column: &Arc<dyn Column>,
     key: &str,
+    tasks: usize,
     hold: Duration,
-    duration: Duration,
+    deadline: Instant,
+    shared: Option<&'static Occupancy>,
 ) -> Result<Contended, String> {
     let probe = Arc::new(Probe::default());
     let started = Instant::now();
-    let deadline = started + duration;
-    let tasks: Vec<_> = (0..S3_TASKS)
+    let count = tasks;
+    let tasks: Vec<_> = (0..count)
         .map(|_| {
             let (column, probe, key) = (Arc::clone(column), Arc::clone(&probe), key.to_owned());
             tokio::spawn(async move {
@@ -360,13 +403,18 @@ async fn contended(
                                 .push(acquired.saturating_duration_since(released));
                         }
                     }
-                    let inside = probe.inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    probe.max_inside.fetch_max(inside, Ordering::SeqCst);
+                    probe.occupancy.enter();
+                    if let Some(shared) = shared {
+                        shared.enter();
+                    }
                     let until = Instant::now() + hold;
                     while Instant::now() < until {
                         std::hint::spin_loop();
                     }
-                    probe.inside.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(shared) = shared {
+                        shared.leave();
+                    }
+                    probe.occupancy.leave();
                     probe.timeline.lock().expect("timeline").0 = Some(Instant::now());
                     held.release().await?;
                     acquisitions += 1;
@@ -375,7 +423,7 @@ async fn contended(
             })
         })
         .collect();
-    let mut per_task = Vec::with_capacity(S3_TASKS);
+    let mut per_task = Vec::with_capacity(count);
     for task in tasks {
         per_task.push(task.await.map_err(|e| e.to_string())??);
     }
@@ -385,7 +433,7 @@ async fn contended(
         elapsed,
         per_task,
         handoffs,
-        max_occupancy: probe.max_inside.load(Ordering::SeqCst),
+        max_occupancy: probe.occupancy.max_inside.load(Ordering::SeqCst),
     })
 }
 
@@ -525,7 +573,15 @@ pub async fn count_requests(
     server: &RedisServer,
 ) -> Result<Metrics, String> {
     let monitor = Monitor::start(&server.addr()).map_err(|e| format!("MONITOR: {e}"))?;
-    let run = contended(column, key, S3_HOLD, duration).await;
+    let run = contended(
+        column,
+        key,
+        S3_TASKS,
+        S3_HOLD,
+        Instant::now() + duration,
+        None,
+    )
+    .await;
     let (requests, lua_calls) = monitor.finish().map_err(|e| format!("MONITOR: {e}"))?;
     let acquisitions = run?.acquisitions() as f64;
     Ok(Metrics::from([

@@ -4,10 +4,12 @@
 //! contender mutex KIND URL OBSERVER NAME TASKS TARGET  # contend until the observer counts TARGET sections
 //! contender herd KIND URL OBSERVER NAME WAITERS HOLD_MS  # WAITERS tasks each take the lock once
 //! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
+//! contender spread KIND URL OBSERVER PREFIX LOCKS TASKS SECONDS  # TASKS tasks on locks PREFIX-0..LOCKS
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! ```
 //! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
-//! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum. Every critical section enters the observer's occupancy
+//! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum,
+//! `cluster:URL,URL,..` for a Redis Cluster, `sentinel:MASTER@URL,URL,..` for Sentinel. Every critical section enters the observer's occupancy
 //! probe, bumps its non-atomic counter and presents its fencing token to its fence.
 //!
 //! KIND may also be `read` or `write` (the two sides of a read/write lock). In `rw` mode the
@@ -61,6 +63,19 @@ async fn main() {
             .await;
             println!("DONE {sections}");
         }
+        ["spread", kind, url, observer, prefix, locks, tasks, seconds] => {
+            let locks_client = connect(url).await;
+            let names: Vec<String> = (0..number(locks))
+                .map(|i| format!("{prefix}-{i}"))
+                .collect();
+            let mut observers = Vec::new();
+            for name in &names {
+                observers.push(Observer::connect(observer, name).await);
+            }
+            let run_for = Duration::from_secs(number(seconds) as u64);
+            let sections = spread(&locks_client, kind, observers, number(tasks), run_for).await;
+            println!("DONE {sections}");
+        }
         ["hold", kind, url, name, ttl_ms] => {
             let locks = connect(url).await;
             let ttl = Duration::from_millis(number(ttl_ms) as u64);
@@ -82,6 +97,17 @@ fn number(s: &str) -> usize {
 /// client has no restart guard: the tests run contenders on servers they just started and
 /// restart none of them, and the guard would keep such young servers out for its delay.
 async fn connect(url: &str) -> Client {
+    if let Some(seeds) = url.strip_prefix("cluster:") {
+        return Client::cluster(seeds.split(','))
+            .await
+            .expect("connect to the cluster");
+    }
+    if let Some(rest) = url.strip_prefix("sentinel:") {
+        let (master, sentinels) = rest.split_once('@').expect("sentinel:MASTER@URL,..");
+        return Client::sentinel(sentinels.split(','), master)
+            .await
+            .expect("connect through the sentinels");
+    }
     if url.contains(',') {
         Client::quorum_builder(url.split(','))
             .restart_delay(Duration::ZERO)
@@ -146,6 +172,44 @@ async fn mutex(locks: &Client, kind: &str, observer: &Observer, tasks: usize, ta
         total += h.await.expect("contender task");
     }
     println!("DONE {total}");
+}
+
+/// Tasks that each take a random lock of `observers` (one per lock name) again and again for
+/// `run_for`; returns the sections completed.
+async fn spread(
+    locks: &Client,
+    kind: &str,
+    observers: Vec<Observer>,
+    tasks: usize,
+    run_for: Duration,
+) -> u64 {
+    let started = Instant::now();
+    let observers = std::sync::Arc::new(observers);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (locks, observers, kind) = (locks.clone(), observers.clone(), kind.to_owned());
+        handles.push(tokio::spawn(async move {
+            let mut sections = 0u64;
+            while started.elapsed() < run_for {
+                let observer = &observers[rand::random_range(0..observers.len())];
+                let guard = request(&locks, &kind, observer.name())
+                    .ttl(Duration::from_secs(5))
+                    .wait(MAX_RUN)
+                    .acquire()
+                    .await
+                    .expect("acquire within the wait");
+                section(observer, &guard, Duration::from_micros(100)).await;
+                guard.release().await.expect("release a held lock");
+                sections += 1;
+            }
+            sections
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.expect("spread task");
+    }
+    total
 }
 
 async fn herd(locks: &Client, kind: &str, observer: &Observer, waiters: usize, hold: Duration) {

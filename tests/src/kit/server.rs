@@ -41,6 +41,7 @@ const MAX_PORT: u16 = u16::MAX - 10_000;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct RedisServerBuilder {
+    config_file: Option<PathBuf>,
     args: Vec<String>,
     tls: Option<TlsFiles>,
 }
@@ -68,6 +69,13 @@ impl RedisServerBuilder {
         S: Into<String>,
     {
         self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// A configuration file, passed as the first argument (before the kit's defaults and the
+    /// extra arguments, which override it). Sentinels need one: they rewrite it.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
         self
     }
 
@@ -129,6 +137,7 @@ impl RedisServerBuilder {
             .map_err(|e| format!("creating a temp dir for redis-server: {e}"))?;
         let mut server = RedisServer {
             binary,
+            config_file: self.config_file.clone(),
             password: requirepass(&self.args),
             args: self.args.clone(),
             port,
@@ -162,6 +171,7 @@ impl RedisServerBuilder {
 #[derive(Debug)]
 pub struct RedisServer {
     binary: PathBuf,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
     password: Option<String>,
     port: u16,
@@ -448,6 +458,9 @@ impl RedisServer {
         }
 
         let mut command = Command::new(&self.binary);
+        if let Some(config) = &self.config_file {
+            command.arg(config);
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use distlock::{Client, LockContext};
 use distlock_testkit::{Observer, RedisServer};
@@ -122,4 +123,84 @@ pub async fn assert_safe(observer: &Observer) {
         0,
         "a fencing token did not increase"
     );
+}
+
+/// The ACL rules the README gives a locking service (after `on >password`).
+pub const ACL_RULES: &str =
+    "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous";
+
+/// Every mode once, waits and wake-ups included, on locks named `<prefix>-..`: setnx with a
+/// waiter woken by the release, a reentrant re-entry and extension, readers sharing and a
+/// writer woken when they leave.
+pub async fn every_mode_works(locks: &Client, prefix: &str) {
+    // setnx (the plain SET acquire) with a waiter (the fencing script) woken by the release,
+    // then a fenced holder and a fenced waiter: tokens grow.
+    let held = locks
+        .lock(format!("{prefix}-setnx"))
+        .try_acquire()
+        .await
+        .expect("setnx");
+    assert_eq!(held.fencing_token(), None);
+    let fenced_waiter = || {
+        let (locks, prefix) = (locks.clone(), prefix.to_owned());
+        tokio::spawn(async move {
+            locks
+                .lock(format!("{prefix}-setnx"))
+                .wait(Duration::from_secs(30))
+                .fencing(true)
+                .acquire()
+                .await
+        })
+    };
+    let waiter = fenced_waiter();
+    tokio::task::yield_now().await;
+    held.release().await.expect("release");
+    let next = waiter.await.expect("task").expect("the waiter gets it");
+    let first = next.fencing_token().expect("fencing(true)");
+    let waiter = fenced_waiter();
+    tokio::task::yield_now().await;
+    next.release().await.expect("release");
+    let last = waiter.await.expect("task").expect("the waiter gets it");
+    assert!(last.fencing_token().expect("fencing(true)") > first);
+    last.release().await.expect("release");
+
+    // reentrant with a re-entry, and an extension.
+    let mut outer = locks
+        .reentrant(format!("{prefix}-re"))
+        .try_acquire()
+        .await
+        .expect("reentrant");
+    let inner = locks
+        .reentrant(format!("{prefix}-re"))
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    outer.extend(Duration::from_secs(20)).await.expect("extend");
+    inner.release().await.expect("release");
+    outer.release().await.expect("release");
+
+    // read/write: readers share, a writer waits for them and is woken.
+    let r1 = locks
+        .read(format!("{prefix}-rw"))
+        .try_acquire()
+        .await
+        .expect("read");
+    let r2 = as_other_owner(locks.read(format!("{prefix}-rw")).try_acquire())
+        .await
+        .expect("readers share");
+    let writer = {
+        let (locks, prefix) = (locks.clone(), prefix.to_owned());
+        tokio::spawn(async move {
+            locks
+                .write(format!("{prefix}-rw"))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let w = writer.await.expect("task").expect("the writer gets in");
+    w.release().await.expect("release");
 }

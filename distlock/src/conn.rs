@@ -1,0 +1,255 @@
+//! The connection to one deployment: a single node, a Redis Cluster, or a master found through
+//! Sentinel.
+//!
+//! Everything above this module (the scripts, the acquire loop, the quorum layer, the
+//! watchdog, the wake-ups) talks to a [`Conn`] through `redis::aio::ConnectionLike` and does
+//! not know which deployment is behind it. The differences live here:
+//!
+//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself;
+//! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
+//!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a
+//!   failover. Wake-ups use sharded pub/sub (`SSUBSCRIBE`, and the release scripts
+//!   `SPUBLISH`), so a release is heard on the slot's shard only, not broadcast to the
+//!   whole cluster;
+//! * **Sentinel**: see [`sentinel`].
+
+pub(crate) mod sentinel;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+pub(crate) use sentinel::SentinelConn;
+
+/// A connection to one deployment; cheap to clone (clones share the connection).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// True on a Redis Cluster: wake-ups use sharded pub/sub there.
+    pub(crate) fn sharded(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// Subscribes to a lock's wake-up channel (`SSUBSCRIBE` on a Cluster, on the shard that
+    /// owns the channel's slot). The subscription is confirmed when this returns, and is
+    /// renewed by itself after reconnections (and, on a Cluster, topology changes).
+    pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => c.subscribe(channel).await,
+            Conn::Cluster(c) => c.ssubscribe(channel).await,
+            Conn::Sentinel(c) => c.subscribe(channel).await,
+        }
+    }
+
+    /// Undoes [`subscribe`](Self::subscribe).
+    pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => c.unsubscribe(channel).await,
+            Conn::Cluster(c) => c.sunsubscribe(channel).await,
+            Conn::Sentinel(c) => c.unsubscribe(channel).await,
+        }
+    }
+
+    /// Sends `pipeline` as one request to the master serving `slot` (a Cluster), or to the one
+    /// server: every command of it travels on one connection, in order. Answers come back
+    /// one per command, errors included.
+    pub(crate) async fn pipeline_to_slot(
+        &mut self,
+        pipeline: &Pipeline,
+        slot: u16,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Cluster(c) => {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                c.route_pipeline(pipeline.clone(), 0, pipeline.len(), route)
+                    .await
+            }
+            other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
+        }
+    }
+}
+
+impl Conn {
+    /// Sends `pipeline` as one request to the cluster node at `host:port` (the master that
+    /// [`SlotOwners`] says serves its keys' slots); answers come back one per command, a
+    /// `MOVED` among them where that node no longer serves a slot.
+    pub(crate) async fn pipeline_to_node(
+        &mut self,
+        pipeline: &Pipeline,
+        host: &str,
+        port: u16,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Cluster(c) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_owned(),
+                    port,
+                };
+                c.route_pipeline(pipeline.clone(), 0, pipeline.len(), route)
+                    .await
+            }
+            other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
+        }
+    }
+}
+
+/// Which master serves which slots, as `CLUSTER SLOTS` last said. It lets the watchdog send
+/// one pipeline per master rather than one per slot (10,000 held locks sit on about as many
+/// slots). Only a hint: a renewal sent to a master that lost its slot is answered `MOVED` and
+/// sent again through the routing that follows redirections, and the map is read again.
+#[derive(Debug, Default)]
+pub(crate) struct SlotOwners {
+    /// `(first slot, last slot, host, port)`, sorted by first slot.
+    ranges: Vec<(u16, u16, String, u16)>,
+    read_at: Option<std::time::Instant>,
+    stale: bool,
+}
+
+impl SlotOwners {
+    /// A map older than this is read again before use: topology changes that caused no
+    /// error yet (a failover between two ticks) are noticed within it.
+    const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub(crate) fn needs_reading(&self) -> bool {
+        self.stale || self.read_at.is_none_or(|t| t.elapsed() > Self::MAX_AGE)
+    }
+
+    /// Something was sent to the wrong master: read the map again before the next use.
+    pub(crate) fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// The master serving `slot`, if the map knows one.
+    pub(crate) fn owner(&self, slot: u16) -> Option<(&str, u16)> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= slot)
+            .checked_sub(1)?;
+        let (first, last, host, port) = &self.ranges[i];
+        (*first <= slot && slot <= *last).then_some((host.as_str(), *port))
+    }
+
+    /// Reads the map with `CLUSTER SLOTS` (sent to any node). On failure the old map stays,
+    /// still marked for reading.
+    pub(crate) async fn read(&mut self, conn: &mut Conn) {
+        let Ok(reply) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(conn)
+            .await
+        else {
+            return;
+        };
+        self.ranges = parse_cluster_slots(&reply);
+        self.ranges.sort_unstable_by_key(|r| r.0);
+        self.read_at = Some(std::time::Instant::now());
+        self.stale = false;
+    }
+}
+
+/// `CLUSTER SLOTS`: `[[first, last, [host, port, id, ..], replicas..], ..]`. Ranges whose
+/// master has no usable address (an empty or `?` host) are left out: their slots go through
+/// the per-slot routing.
+fn parse_cluster_slots(reply: &Value) -> Vec<(u16, u16, String, u16)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(parts) = range else {
+                return None;
+            };
+            let (first, last) = (int(parts.first()?)?, int(parts.get(1)?)?);
+            let Value::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                Value::SimpleString(s) => s.clone(),
+                _ => return None,
+            };
+            let port = int(master.get(1)?)?;
+            (!host.is_empty() && host != "?").then_some((first, last, host, port))
+        })
+        .collect()
+}
+
+/// The Redis Cluster slot of a key: CRC16 of its hash tag (or of the whole key without one),
+/// modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+        (len > 0).then(|| &key[open + 1..open + 1 + len])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(key) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_are_computed_like_redis_cluster() {
+        // `CLUSTER KEYSLOT` answers.
+        assert_eq!(super::slot(b"foo"), 12182);
+        assert_eq!(
+            super::slot(b"{user1000}.following"),
+            super::slot(b"user1000")
+        );
+        assert_eq!(
+            super::slot(b"distlock:{order:42}:fence"),
+            super::slot(b"order:42")
+        );
+        assert_eq!(super::slot(b"a{}b"), super::slot(b"a{}b")); // empty tag: whole key
+    }
+}

@@ -1,0 +1,327 @@
+//! A local Redis Cluster: `redis-server --cluster-enabled yes` processes joined by
+//! `redis-cli --cluster create`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::binary::ensure_redis_cli_available;
+use super::server::RedisServer;
+use super::wait::wait_until;
+
+/// Slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// Default `cluster-node-timeout`: a master unreachable this long is failed over. Short, so
+/// failover tests take seconds; long enough that a loaded 2-core machine does not fail
+/// masters over by itself.
+pub(crate) const NODE_TIMEOUT_MS: u64 = 1500;
+
+/// How long forming the cluster, or settling after a fault, may take.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(20);
+
+/// A Redis Cluster of real `redis-server` processes on loopback ports: by default 3 masters
+/// with one replica each. Every process can be killed, paused (SIGSTOP), resumed and
+/// restarted (it keeps its `nodes.conf`, so it rejoins as the node it was, without data).
+///
+/// Servers are numbered in start order; which of them are masters changes with failovers, so
+/// tests ask [`master_of_slot`](Self::master_of_slot) / [`replicas_of_slot`](Self::replicas_of_slot).
+#[derive(Debug)]
+pub struct RedisCluster {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// 3 masters, 1 replica each, `cluster-node-timeout` 1500 ms.
+    ///
+    /// # Panics
+    /// If the servers do not start or the cluster does not form within a minute.
+    pub fn start() -> Self {
+        Self::start_with(3, 1, NODE_TIMEOUT_MS)
+    }
+
+    /// `masters` masters with `replicas` replicas each.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with(masters: usize, replicas: usize, node_timeout_ms: u64) -> Self {
+        let cli = ensure_redis_cli_available().unwrap_or_else(|m| panic!("{m}"));
+        let servers = RedisServer::builder()
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                &node_timeout_ms.to_string(),
+                // A replica whose master is gone may be promoted however stale: the tests
+                // want a failover every time, and check what it costs.
+                "--cluster-replica-validity-factor",
+                "0",
+                // Keep serving the slots that are covered while one is not.
+                "--cluster-require-full-coverage",
+                "no",
+            ])
+            .start_many(masters * (1 + replicas))
+            .into_vec();
+        let mut create = Command::new(cli);
+        create.args(["--cluster", "create"]);
+        create.args(servers.iter().map(RedisServer::addr));
+        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+        let out = create.output().expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { servers };
+        cluster.wait_settled();
+        cluster
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are no servers.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every server (seed URLs for a cluster client).
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The `i`-th server.
+    pub fn server(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+
+    /// The `i`-th server, to kill, pause, resume or restart it.
+    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.servers[i]
+    }
+
+    /// The server listening on `port`.
+    pub fn index_of_port(&self, port: u16) -> Option<usize> {
+        self.servers.iter().position(|s| s.port() == port)
+    }
+
+    /// The slot of `key` (its hash tag if it has one), as Redis Cluster computes it.
+    pub fn slot_of(key: &[u8]) -> u16 {
+        let hashed = match key.iter().position(|&b| b == b'{') {
+            Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+                Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+                _ => key,
+            },
+            None => key,
+        };
+        crc16(hashed) % SLOTS
+    }
+
+    /// The master serving `slot`, as the live servers see it.
+    ///
+    /// # Panics
+    /// If no live server answers or none serves the slot.
+    pub fn master_of_slot(&self, slot: u16) -> usize {
+        self.owners(slot)
+            .expect("a live server knows the slot's master")
+            .0
+    }
+
+    /// The replicas of the master serving `slot` (connected or not).
+    pub fn replicas_of_slot(&self, slot: u16) -> Vec<usize> {
+        let master = self.master_of_slot(slot);
+        let id = self.node_id(master);
+        self.live()
+            .find_map(|i| {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut self.servers[i].try_connection().ok()?)
+                    .ok()?;
+                Some(
+                    nodes
+                        .lines()
+                        .filter(|l| l.split(' ').nth(3) == Some(id.as_str()))
+                        .filter_map(|l| port_of(l.split(' ').nth(1)?))
+                        .filter_map(|p| self.index_of_port(p))
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// The cluster node id of server `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.servers[i].connection())
+            .expect("CLUSTER MYID")
+    }
+
+    /// Waits until every live server says `cluster_state:ok`, all agree on which master serves
+    /// every slot (all 16384 covered), and every live replica's link to its master is up.
+    ///
+    /// # Panics
+    /// If that does not happen within a minute.
+    pub fn wait_settled(&self) {
+        assert!(
+            wait_until(SETTLE_LIMIT, || self.settled()),
+            "the cluster did not settle within {SETTLE_LIMIT:?}"
+        );
+    }
+
+    /// Waits until a server other than `old` serves `slot` as its master, and every live
+    /// server agrees; returns the new master and how long that took.
+    ///
+    /// # Panics
+    /// If no failover happened within a minute.
+    pub fn wait_failover(&self, slot: u16, old: usize) -> (usize, Duration) {
+        let started = Instant::now();
+        loop {
+            if let Some((master, agreed)) = self.owners(slot) {
+                if master != old && agreed {
+                    return (master, started.elapsed());
+                }
+            }
+            assert!(
+                started.elapsed() < SETTLE_LIMIT,
+                "no failover of slot {slot} away from server {old} within {SETTLE_LIMIT:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Servers that are running and not paused.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.servers.len())
+            .filter(|&i| self.servers[i].is_running() && !self.servers[i].is_paused())
+    }
+
+    /// The master of `slot` as the first live server that answers sees it, and whether every
+    /// live server agrees.
+    fn owners(&self, slot: u16) -> Option<(usize, bool)> {
+        let views: Vec<Option<usize>> = self
+            .live()
+            .filter_map(|i| self.slot_masters(i))
+            .map(|map| {
+                map.iter()
+                    .find(|(&(start, end), _)| start <= slot && slot <= end)
+                    .map(|(_, &port)| port)
+                    .and_then(|port| self.index_of_port(port))
+            })
+            .collect();
+        let first = (*views.first()?)?;
+        Some((first, views.iter().all(|v| *v == Some(first))))
+    }
+
+    /// `CLUSTER SLOTS` of server `i`: slot range -> master port.
+    fn slot_masters(&self, i: usize) -> Option<BTreeMap<(u16, u16), u16>> {
+        let mut conn = self.servers[i].try_connection().ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let slots: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
+        let Value::Array(ranges) = slots else {
+            return None;
+        };
+        let mut map = BTreeMap::new();
+        for range in ranges {
+            let Value::Array(parts) = range else {
+                return None;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                return None;
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return None;
+            };
+            map.insert(
+                (u16::try_from(*start).ok()?, u16::try_from(*end).ok()?),
+                u16::try_from(*port).ok()?,
+            );
+        }
+        Some(map)
+    }
+
+    fn settled(&self) -> bool {
+        let mut views = Vec::new();
+        for i in self.live() {
+            let Ok(mut conn) = self.servers[i].try_connection() else {
+                return false;
+            };
+            let info: String = match redis::cmd("CLUSTER").arg("INFO").query(&mut conn) {
+                Ok(info) => info,
+                Err(_) => return false,
+            };
+            if !info.contains("cluster_state:ok") {
+                return false;
+            }
+            let replication: String = match redis::cmd("INFO").arg("replication").query(&mut conn) {
+                Ok(info) => info,
+                Err(_) => return false,
+            };
+            if replication.contains("role:slave") && !replication.contains("master_link_status:up")
+            {
+                return false;
+            }
+            let Some(map) = self.slot_masters(i) else {
+                return false;
+            };
+            let covered: u32 = map.keys().map(|&(s, e)| u32::from(e - s) + 1).sum();
+            if covered != u32::from(SLOTS) {
+                return false;
+            }
+            views.push(map);
+        }
+        !views.is_empty() && views.windows(2).all(|w| w[0] == w[1])
+    }
+}
+
+/// `127.0.0.1:7000@17000` (a `CLUSTER NODES` address) -> 7000.
+fn port_of(addr: &str) -> Option<u16> {
+    addr.split('@').next()?.rsplit(':').next()?.parse().ok()
+}
+
+/// CRC16-CCITT (XMODEM), the hash Redis Cluster maps keys to slots with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(RedisCluster::slot_of(b"foo"), 12182);
+        assert_eq!(
+            RedisCluster::slot_of(b"{user1000}.following"),
+            RedisCluster::slot_of(b"user1000")
+        );
+        assert_eq!(
+            RedisCluster::slot_of(b"foo{}{bar}"),
+            crc16(b"foo{}{bar}") % SLOTS
+        );
+        assert_eq!(port_of("127.0.0.1:7000@17000"), Some(7000));
+    }
+}
