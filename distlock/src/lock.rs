@@ -247,9 +247,10 @@ impl<'c> LockRequest<'c> {
             max_hold: self.max_hold,
             min_hold: self.min_hold,
         };
-        let holder_text = match self.site {
-            Some(site) => token::holder(&site),
-            None => token::holder(self.caller),
+        let (site, caller) = (self.site, self.caller);
+        let site: &(dyn std::fmt::Display + Sync) = match &site {
+            Some(site) => site,
+            None => caller,
         };
         let inner = client.inner();
         let replicas = self.replicas.or(inner.replicas);
@@ -269,13 +270,20 @@ impl<'c> LockRequest<'c> {
                 key: key.name().to_owned(),
             });
         }
-        let holder_text: Arc<str> = Arc::from(holder_text);
-        let context_owner: Arc<str> = Arc::from(format!("{}:{context}", inner.id));
+        // Who takes it, for inspection: in the owner token itself (setnx, one buffer per
+        // acquisition), or stored beside the owner's hold by the script.
+        let (context_owner, holder_text): (Arc<str>, Arc<str>) = match algorithm.owner {
+            OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
+            OwnerKind::Context => (
+                Arc::from(format!("{}:{context}", inner.id)),
+                Arc::from(token::holder(site)),
+            ),
+        };
         // An id names one acquisition: a retry after a lost reply finds its own hold in place
         // and takes it instead of waiting on itself or counting it twice.
         let fresh_id = || match algorithm.owner {
             OwnerKind::Token => HoldId {
-                owner: token::owner_token_described(&holder_text),
+                owner: token::owner_token_described(site),
                 nonce: token::no_nonce(),
                 holder: token::no_nonce(),
             },
