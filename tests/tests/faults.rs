@@ -166,6 +166,80 @@ async fn assert_guard_within_server(
     );
 }
 
+/// The lease the server holds for the only holder of `name` in `mode`, in ms: the key's PTTL,
+/// or for a reader its own `read-until:<owner>` field against the server clock (the key may
+/// live longer, for other readers or a writer's intent).
+async fn server_lease(raw: &MultiplexedConnection, name: &str, mode: &str) -> i64 {
+    if mode != "read" {
+        return pttl(raw, name).await;
+    }
+    let fields: std::collections::HashMap<String, String> =
+        raw.clone().hgetall(lock_key(name)).await.expect("HGETALL");
+    let until: i64 = fields
+        .iter()
+        .find(|(f, _)| f.starts_with("read-until:"))
+        .map(|(_, v)| v.parse().expect("read-until is a number"))
+        .expect("the reader has a lease");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut raw.clone())
+        .await
+        .expect("TIME");
+    until - (secs * 1000 + micros / 1000)
+}
+
+/// An attempt takes the lock but its answer comes after the response timeout, as do the
+/// answers of the retries that follow, until the fault ends: each retry finds its own hold.
+/// The guard measures its lease from the retry that was answered, so the server must have
+/// renewed the lease then; a reader's retry did not (found by the spin model, spec/README.md
+/// `OLD_READ_RETRY`, fixed in 9b4a670), and its guard trusted the fault's length more than
+/// the server held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_finds_its_own_hold_renews_the_lease_the_guard_trusts() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start_for(&server);
+    let locks = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .expect("connect");
+    let raw = server.async_connection().await;
+    for mode in ["setnx", "reentrant", "write", "read"] {
+        load_scripts(&locks, mode).await;
+        let name = format!("own-{mode}");
+        // Requests reach the server at once; answers come 400 ms late.
+        proxy.reply_latency(Duration::from_millis(400));
+        let acquiring = tokio::spawn({
+            let (locks, name) = (locks.clone(), name.clone());
+            async move {
+                request(&locks, mode, &name)
+                    .ttl(Duration::from_secs(3))
+                    .watchdog(false)
+                    .wait(EVENT_LIMIT)
+                    .acquire()
+                    .await
+            }
+        });
+        wait_until_async(EVENT_LIMIT, || exists(&raw, &name)).await;
+        // The fault lasts a while: the retry that is answered in time was sent this much
+        // (and the answers queued behind the late ones) after the attempt that took the lock.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        proxy.reply_latency(Duration::ZERO);
+        let guard = acquiring
+            .await
+            .expect("task")
+            .expect("a retry finds its own hold");
+        let server_left = server_lease(&raw, &name, mode).await;
+        let guard_left = guard.remaining();
+        println!("{mode}: guard {guard_left:?}, server {server_left} ms");
+        assert!(
+            guard_left <= Duration::from_millis(u64::try_from(server_left).unwrap_or(0)),
+            "{mode}: guard trusts {guard_left:?}, the server holds {server_left} ms"
+        );
+        guard.release().await.expect("release");
+        assert!(!exists(&raw, &name).await, "{mode}: released");
+    }
+}
+
 #[tokio::test]
 async fn extending_with_a_shorter_ttl_never_leaves_the_guard_trusting_more_than_the_server() {
     let server = RedisServer::start();

@@ -403,15 +403,17 @@ async fn a_client_started_after_a_node_restarted_empty_cannot_take_a_held_lock()
         matches!(err, Error::QuorumNotReached { .. } | Error::Timeout { .. }),
         "{err}"
     );
-    // The guard delays, it does not refuse for ever. Only nodes 0 and 1 still have the
-    // holder's lock (the restarted ones forgot it), so its release reports `NotOwner` (or,
-    // with nodes too slow for the 100 ms node timeout on a loaded machine, no quorum). The
-    // rest does not depend on it: the lock's ttl ends within the delay anyway.
+    // The guard delays, it does not refuse for ever. Nodes 0 and 1 still have the holder's
+    // lock and the restarted ones forgot it, so its release usually reports `NotOwner` (or,
+    // with nodes too slow for the 100 ms node timeout on a loaded machine, no quorum). It may
+    // also succeed: the holder's acquire requests to nodes 3 and 4, sent while they were
+    // down, may wait for the reconnection and take the lock there after the restart (seen
+    // once under load). The rest does not depend on it: the lock's ttl ends within the delay.
     let release = held.release().await;
     assert!(
         matches!(
             release,
-            Err(Error::NotOwner { .. } | Error::QuorumNotReached { .. })
+            Ok(()) | Err(Error::NotOwner { .. } | Error::QuorumNotReached { .. })
         ),
         "{release:?}"
     );

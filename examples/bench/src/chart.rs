@@ -8,9 +8,10 @@ use plotters::prelude::*;
 
 use crate::report::Results;
 
-const PANELS: [(&str, &str, &str); 3] = [
+const PANELS: [(&str, &str, &str); 4] = [
     ("S1 uncontended: p50 µs", "S1", "p50_us"),
     ("S1 uncontended: p99 µs", "S1", "p99_us"),
+    ("S1c on a 3-master cluster: p50 µs", "S1c", "p50_us"),
     (
         "S3 8 tasks, 200 µs hold: hand-off p99 µs",
         "S3",
@@ -32,7 +33,7 @@ pub fn draw(results: &Results, path: &Path) -> Result<(), String> {
 }
 
 fn draw_panels(results: &Results, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (1260, 440)).into_drawing_area();
+    let root = SVGBackend::new(path, (1680, 440)).into_drawing_area();
     root.fill(&WHITE)?;
     let (title, body) = root.split_vertically(36);
     title.titled(

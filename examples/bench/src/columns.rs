@@ -197,6 +197,181 @@ impl Kind {
     }
 }
 
+/// On a Redis Cluster (S1c, S2c): a second `impl` so the single-node code above stays as it
+/// was.
+impl Kind {
+    /// How the column is set up on the Redis Cluster, printed under the table.
+    pub fn cluster_note(self) -> &'static str {
+        match self {
+            Kind::Distlock => {
+                "distlock: one `Client::cluster(urls)` (every node's URL as a seed), the same `lock(key).ttl(10 s)\
+                 .wait(w).acquire()` and `guard.release()`; its keys share the lock name's slot through the hash tag \
+                 (`distlock:{name}`)."
+            }
+            Kind::Rslock => {
+                "rslock: `LockManager::new_cluster(urls)` (its `cluster` feature: one redis-rs async cluster \
+                 connection, the cluster counted as one server, so quorum 1), `set_retry(3, 2 ms)`, the same loop \
+                 around `lock()` as on one node."
+            }
+            Kind::Redlock => {
+                "redlock: n/a, no Redis Cluster support: every URL is an independent server (a plain redis-rs 0.23 \
+                 `Client`), with no slot routing or MOVED handling."
+            }
+            Kind::DlRedis => {
+                "distributed-lock-redis: not documented for Redis Cluster, but its builder hands the URL to fred, \
+                 whose cluster mode takes a `redis-cluster://host:port?node=host:port&node=host:port` URL (all nodes; \
+                 one URL, so one client and quorum 1), and it works: the same provider settings and loop as on one node. \
+                 SET NX PX goes to the key's master, but its release and extend scripts are custom `EVAL` commands \
+                 that fred routes by their first string argument, the script text, so they go to the master of that \
+                 text's slot; for a key on another master the server answers MOVED, and fred re-reads the slot map \
+                 (`CLUSTER SLOTS`) and resends. In a quick check of S1c, each MOVED came with one `CLUSTER SLOTS`."
+            }
+            Kind::Limit => {
+                "limit on the cluster: the same minimal lock through redis-rs's async cluster connection \
+                 (`ClusterClient::new(urls)?.get_async_connection()`, one shared, cloned per acquisition): \
+                 `SET key token NX PX 10000` and the compare-and-delete `redis::Script` (EVALSHA), both routed by \
+                 the key's slot; a busy lock polled every 1 ms."
+            }
+        }
+    }
+
+    /// Connects to a Redis Cluster through `urls` (seeds). `Err` says why the column cannot
+    /// run there; the report prints it as "n/a".
+    pub async fn connect_cluster(self, urls: &[String]) -> Result<Arc<dyn Column>, String> {
+        let failed = |e: &dyn std::fmt::Display| format!("connect failed: {e}");
+        Ok(match self {
+            Kind::Distlock => Arc::new(Distlock(
+                distlock::Client::cluster(urls)
+                    .await
+                    .map_err(|e| failed(&e))?,
+            )),
+            Kind::Rslock => {
+                let mut manager =
+                    rslock::LockManager::new_cluster(urls.to_vec()).map_err(|e| failed(&e))?;
+                manager.set_retry(
+                    PEER_RETRY_COUNT,
+                    Duration::from_millis(PEER_RETRY_DELAY_MS.into()),
+                );
+                Arc::new(Rslock(manager))
+            }
+            Kind::Redlock => return Err("no Redis Cluster support".to_owned()),
+            Kind::DlRedis => {
+                // fred's cluster mode, through its `redis-cluster://` URL (see the note).
+                let addrs: Vec<&str> = urls
+                    .iter()
+                    .map(|u| u.trim_start_matches("redis://").trim_end_matches('/'))
+                    .collect();
+                let url = format!(
+                    "redis-cluster://{}?{}",
+                    addrs[0],
+                    addrs[1..]
+                        .iter()
+                        .map(|a| format!("node={a}"))
+                        .collect::<Vec<_>>()
+                        .join("&")
+                );
+                let provider = distributed_lock_redis::RedisLockProvider::builder()
+                    .url(url)
+                    .expiry(TTL)
+                    .min_validity(TTL * 9 / 10)
+                    .extension_cadence(TTL / 3)
+                    .build()
+                    .await
+                    .map_err(|e| failed(&e))?;
+                Arc::new(DlRedis(provider))
+            }
+            Kind::Limit => Arc::new(LimitCluster::connect(urls).await.map_err(|e| failed(&e))?),
+        })
+    }
+
+    /// The Redis key the column stores for the lock `name` on the cluster (its slot decides
+    /// the master).
+    pub fn cluster_key(self, name: &str) -> String {
+        match self {
+            Kind::Distlock => format!("distlock:{{{name}}}"),
+            Kind::DlRedis => format!("distributed-lock:{name}"),
+            Kind::Rslock | Kind::Redlock | Kind::Limit => name.to_owned(),
+        }
+    }
+}
+
+/// `limit` on the Redis Cluster: `Limit`'s commands through redis-rs's cluster connection,
+/// which sends each to the master of the key's slot.
+struct LimitCluster {
+    conn: redis::cluster_async::ClusterConnection,
+    release: Arc<redis::Script>,
+}
+
+impl LimitCluster {
+    async fn connect(urls: &[String]) -> redis::RedisResult<LimitCluster> {
+        let conn = redis::cluster::ClusterClient::new(urls.to_vec())?
+            .get_async_connection()
+            .await?;
+        Ok(LimitCluster {
+            conn,
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        })
+    }
+}
+
+struct LimitClusterHeld {
+    conn: redis::cluster_async::ClusterConnection,
+    release: Arc<redis::Script>,
+    key: String,
+    token: String,
+}
+
+impl Column for LimitCluster {
+    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
+        Box::pin(async move {
+            let token = format!("{:032x}", rand::random::<u128>());
+            let deadline = Instant::now() + wait;
+            let mut conn = self.conn.clone();
+            loop {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if set.is_some() {
+                    return Ok(Box::new(LimitClusterHeld {
+                        conn,
+                        release: Arc::clone(&self.release),
+                        key: key.to_owned(),
+                        token,
+                    }) as Held);
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(key, wait));
+                }
+                tokio::time::sleep(LIMIT_POLL).await;
+            }
+        })
+    }
+}
+
+impl Release for LimitClusterHeld {
+    fn release(mut self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
+        Box::pin(async move {
+            let deleted: i64 = self
+                .release
+                .key(&self.key)
+                .arg(&self.token)
+                .invoke_async(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            match deleted {
+                1 => Ok(()),
+                _ => Err(format!("`{}` was no longer ours", self.key)),
+            }
+        })
+    }
+}
+
 fn timed_out(key: &str, wait: Duration) -> String {
     format!("`{key}` still busy after {wait:?}")
 }

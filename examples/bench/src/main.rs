@@ -2,7 +2,7 @@
 //! minimum (`limit`), on redis-server processes of its own.
 //!
 //! ```text
-//! cargo run --release -p distlock-bench -- [--quick] [--out DIR]
+//! cargo run --release -p distlock-bench -- [--quick] [--out DIR] [--only S1,S1c,...]
 //! ```
 //!
 //! Every column runs in every round, interleaved (round → scenario → column), so machine
@@ -20,13 +20,24 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distlock_testkit::{RedisServer, RedisServers};
+use distlock_testkit::{RedisCluster, RedisServer, RedisServers};
 
 use columns::{Column, Kind};
-use report::{Meta, Results};
+use report::{ClusterMeta, Meta, Results};
 use scenarios::{Entry, Plan, Scenario};
 
-const USAGE: &str = "usage: bench [--quick] [--out DIR]   (default DIR: target/bench)";
+const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
+  --out DIR   where bench.{md,json,svg} go (default: target/bench)
+  --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
+              runs only with S3, the Redis Cluster starts only with S1c or S2c";
+
+/// The Redis Cluster of S1c/S2c: 3 masters without replicas (nothing fails over in a
+/// benchmark, so replicas would only add replication traffic to the masters).
+const CLUSTER_MASTERS: usize = 3;
+const CLUSTER_REPLICAS: usize = 0;
+/// Longer than the kit's 1.5 s default: a master stalled by the loaded machine must not be
+/// marked failed mid-round (without replicas nothing could take over its slots).
+const CLUSTER_NODE_TIMEOUT_MS: u64 = 5_000;
 
 /// Columns connected to one deployment; `Err` says why a column cannot run there.
 type Columns = Vec<(Kind, Result<Arc<dyn Column>, String>)>;
@@ -37,7 +48,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(s3x::CHILD_FLAG) {
         return s3x::child(&args[2..]);
     }
-    let (quick, out) = match parse_args() {
+    let (quick, out, only) = match parse_args() {
         Ok(args) => args,
         Err(msg) => {
             eprintln!("{msg}\n{USAGE}");
@@ -45,9 +56,22 @@ fn main() -> ExitCode {
         }
     };
     let plan = Plan::new(quick);
+    let scenarios: Vec<Scenario> = Scenario::ALL
+        .into_iter()
+        .filter(|s| only.as_ref().is_none_or(|only| only.contains(s)))
+        .collect();
     // Servers start on this thread: the kit ties their lifetime to the spawning thread.
     let node = RedisServer::start();
     let nodes = RedisServers::start(5);
+    let cluster = scenarios.iter().any(|s| s.cluster()).then(|| {
+        let started = Instant::now();
+        let cluster =
+            RedisCluster::start_with(CLUSTER_MASTERS, CLUSTER_REPLICAS, CLUSTER_NODE_TIMEOUT_MS);
+        let slots = SlotMap::read(&cluster);
+        let start_s = started.elapsed().as_secs_f64();
+        eprintln!("Redis Cluster formed in {start_s:.1} s");
+        (cluster, slots, start_s)
+    });
     let meta = Meta {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         date_utc: utc_now(),
@@ -62,13 +86,32 @@ fn main() -> ExitCode {
             .iter()
             .map(|k| (k.name(), k.note()))
             .collect::<BTreeMap<_, _>>(),
+        scenarios: scenarios.iter().map(|s| s.id()).collect(),
+        cluster: cluster.as_ref().map(|(_, _, start_s)| ClusterMeta {
+            masters: CLUSTER_MASTERS,
+            replicas_per_master: CLUSTER_REPLICAS,
+            node_timeout_ms: CLUSTER_NODE_TIMEOUT_MS,
+            start_s: *start_s,
+            s2c_masters_min: None,
+            notes: Kind::ALL
+                .iter()
+                .map(|k| (k.name(), k.cluster_note()))
+                .collect(),
+        }),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let mut results = Results::new(meta);
-    runtime.block_on(run_all(&plan, &node, &nodes, &mut results));
+    let deployments = Deployments {
+        node: &node,
+        nodes: &nodes,
+        cluster: cluster.as_ref().map(|(c, slots, _)| (c, slots)),
+    };
+    runtime.block_on(run_all(&plan, &scenarios, &deployments, &mut results));
+    // Its servers go now, not after the report is written.
+    drop(cluster);
     results.meta.load_average_after = load_average();
     results.finish();
     match results.write(&out) {
@@ -84,13 +127,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_args() -> Result<(bool, PathBuf), String> {
-    let (mut quick, mut out) = (false, PathBuf::from("target/bench"));
+fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>), String> {
+    let (mut quick, mut out, mut only) = (false, PathBuf::from("target/bench"), None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
             "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
+            "--only" => {
+                let ids = args.next().ok_or("--only needs scenario ids")?;
+                let picked = ids
+                    .split(',')
+                    .map(|id| {
+                        Scenario::ALL
+                            .into_iter()
+                            .find(|s| s.id().eq_ignore_ascii_case(id.trim()))
+                            .ok_or_else(|| format!("unknown scenario `{id}`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                only = Some(picked);
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -98,7 +154,59 @@ fn parse_args() -> Result<(bool, PathBuf), String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok((quick, out))
+    Ok((quick, out, only))
+}
+
+/// Where the scenarios run: the single node, the five quorum nodes, and the Redis Cluster
+/// (when a cluster scenario is selected) with its slot map.
+struct Deployments<'a> {
+    node: &'a RedisServer,
+    nodes: &'a RedisServers,
+    cluster: Option<(&'a RedisCluster, &'a SlotMap)>,
+}
+
+/// Which master serves each slot, read once after the cluster formed (nothing fails over in
+/// a benchmark): S2c checks that its keys spread over every master.
+struct SlotMap {
+    /// (first slot, last slot, master's port)
+    ranges: Vec<(u16, u16, u16)>,
+}
+
+impl SlotMap {
+    fn read(cluster: &RedisCluster) -> SlotMap {
+        // `CLUSTER SLOTS`: [first, last, [ip, port, id, ...], replicas...] per range.
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut cluster.server(0).connection())
+            .expect("CLUSTER SLOTS");
+        let int = |v: &redis::Value| redis::from_redis_value_ref::<u16>(v).expect("a number");
+        let ranges = slots
+            .iter()
+            .map(|range| {
+                let master: Vec<redis::Value> =
+                    redis::from_redis_value_ref(&range[2]).expect("the master's address");
+                (int(&range[0]), int(&range[1]), int(&master[1]))
+            })
+            .collect();
+        SlotMap { ranges }
+    }
+
+    /// The port of the master serving `key`.
+    fn master(&self, key: &str) -> Option<u16> {
+        let slot = RedisCluster::slot_of(key.as_bytes());
+        self.ranges
+            .iter()
+            .find(|&&(first, last, _)| first <= slot && slot <= last)
+            .map(|&(_, _, port)| port)
+    }
+
+    /// How many masters the S2c keys of a run on `key` by `kind` land on.
+    fn s2c_masters(&self, kind: Kind, key: &str) -> usize {
+        let masters: std::collections::BTreeSet<Option<u16>> = (0..scenarios::S2_TASKS)
+            .map(|i| self.master(&kind.cluster_key(&scenarios::s2_key(key, i))))
+            .collect();
+        masters.len()
+    }
 }
 
 async fn connect_all(urls: &[String]) -> Columns {
@@ -109,14 +217,33 @@ async fn connect_all(urls: &[String]) -> Columns {
     columns
 }
 
-async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results: &mut Results) {
+async fn connect_cluster(urls: &[String]) -> Columns {
+    let mut columns = Vec::new();
+    for kind in Kind::ALL {
+        columns.push((kind, kind.connect_cluster(urls).await));
+    }
+    columns
+}
+
+async fn run_all(
+    plan: &Plan,
+    scenarios: &[Scenario],
+    deployments: &Deployments<'_>,
+    results: &mut Results,
+) {
+    let (node, nodes) = (deployments.node, deployments.nodes);
     let single = connect_all(&[node.url()]).await;
     let quorum = connect_all(&nodes.urls()).await;
+    let cluster = match deployments.cluster {
+        Some((cluster, _)) => connect_cluster(&cluster.urls()).await,
+        None => Vec::new(),
+    };
 
     // Warm-up, not measured: connections opened, scripts loaded, code paths paged in.
     for (columns, cycles) in [
         (&single, plan.warmup_cycles),
         (&quorum, plan.warmup_cycles / 4),
+        (&cluster, plan.warmup_cycles),
     ] {
         for (kind, column) in columns {
             if let Ok(column) = column {
@@ -141,7 +268,7 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
         results
             .spawn_blocking_p50_us
             .push(scenarios::spawn_blocking_p50(plan.ping_count).await);
-        for scenario in Scenario::ALL {
+        for &scenario in scenarios {
             if scenario == Scenario::S5 {
                 annotated(plan, node, round, results).await;
                 continue;
@@ -154,7 +281,13 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
                 two_processes(plan, node, round, results).await;
                 continue;
             }
-            let columns = if scenario.quorum() { &quorum } else { &single };
+            let columns = if scenario.quorum() {
+                &quorum
+            } else if scenario.cluster() {
+                &cluster
+            } else {
+                &single
+            };
             let mut kinds = Vec::new();
             let mut entries = Vec::new();
             // Rotate the starting column so no column always runs first (or last).
@@ -162,11 +295,22 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
                 let (kind, column) = &columns[(i + round) % columns.len()];
                 match column {
                     Ok(column) => {
+                        let key = format!("bench:{}:{}:r{round}", scenario.id(), kind.name());
+                        if let (Scenario::S2c, Some((_, slots))) = (scenario, deployments.cluster) {
+                            let spread = slots.s2c_masters(*kind, &key);
+                            if let Some(meta) = results.meta.cluster.as_mut() {
+                                meta.s2c_masters_min =
+                                    Some(meta.s2c_masters_min.map_or(spread, |m| m.min(spread)));
+                            }
+                            if spread < CLUSTER_MASTERS {
+                                eprintln!(
+                                    "S2c {}: keys on only {spread} of {CLUSTER_MASTERS} masters",
+                                    kind.name()
+                                );
+                            }
+                        }
                         kinds.push(*kind);
-                        entries.push(Entry {
-                            column,
-                            key: format!("bench:{}:{}:r{round}", scenario.id(), kind.name()),
-                        });
+                        entries.push(Entry { column, key });
                     }
                     Err(reason) => results.cell(scenario, *kind).na = Some(reason.clone()),
                 }
@@ -191,6 +335,9 @@ async fn run_all(plan: &Plan, node: &RedisServer, nodes: &RedisServers, results:
         }
     }
 
+    if !scenarios.contains(&Scenario::S3) {
+        return;
+    }
     eprintln!("MONITOR pass");
     for (kind, column) in &single {
         let cell = results.accounting.entry(kind.name()).or_default();

@@ -65,6 +65,24 @@ pub struct Meta {
     /// The order in which columns ran in round 1; each later round starts one column later.
     pub columns: Vec<&'static str>,
     pub notes: BTreeMap<&'static str, &'static str>,
+    /// The scenarios run (all, unless `--only` picked some).
+    pub scenarios: Vec<&'static str>,
+    /// The Redis Cluster of S1c/S2c; `None` when neither ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterMeta>,
+}
+
+/// How the Redis Cluster of S1c/S2c was formed, and how its columns were set up.
+#[derive(Debug, Serialize)]
+pub struct ClusterMeta {
+    pub masters: usize,
+    pub replicas_per_master: usize,
+    pub node_timeout_ms: u64,
+    /// From the first server's start to every node agreeing on the slot map.
+    pub start_s: f64,
+    /// The fewest masters the 32 S2c keys of any column and round landed on.
+    pub s2c_masters_min: Option<usize>,
+    pub notes: BTreeMap<&'static str, &'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,7 +150,29 @@ impl Results {
         for cell in self.accounting.values_mut() {
             cell.finish();
         }
+        self.versus_cluster_limit();
         self.targets = TARGETS.iter().map(|t| t.judge(self)).collect();
+    }
+
+    /// Every column's S1c/S2c medians over the cluster limit's, as figures of their own
+    /// (`RATIO_SUFFIX`), so the table and bench.json carry them.
+    fn versus_cluster_limit(&mut self) {
+        for scenario in [Scenario::S1c, Scenario::S2c] {
+            let Some(cells) = self.scenarios.get_mut(scenario.id()) else {
+                continue;
+            };
+            let Some(limit) = cells.get(Kind::Limit.name()).map(|c| c.median.clone()) else {
+                continue;
+            };
+            for cell in cells.values_mut() {
+                for (metric, name) in RATIOS {
+                    if let (Some(ours), Some(theirs)) = (cell.median.get(metric), limit.get(metric))
+                    {
+                        cell.median.insert(name, ours / theirs);
+                    }
+                }
+            }
+        }
     }
 
     pub fn write(&self, out: &Path) -> Result<String, String> {
@@ -180,6 +220,24 @@ impl Results {
             "- load average (1/5/15 min) before: {} · after: {}",
             m.load_average_before, m.load_average_after
         );
+        if let Some(c) = &m.cluster {
+            let spread = c.s2c_masters_min.map_or("not checked".to_owned(), |n| {
+                format!("at least {n} of {}", c.masters)
+            });
+            let _ = writeln!(
+                s,
+                "- Redis Cluster (S1c, S2c): {} masters, {} replicas each, node timeout {} ms, formed in {:.1} s; \
+                 S2c's 32 keys of every column and round on {spread} masters",
+                c.masters, c.replicas_per_master, c.node_timeout_ms, c.start_s
+            );
+        }
+        if m.scenarios.len() < Scenario::ALL.len() {
+            let _ = writeln!(
+                s,
+                "- only these scenarios ran (--only): {}",
+                m.scenarios.join(", ")
+            );
+        }
         let _ = writeln!(
             s,
             "- all columns run interleaved in one process: each round runs each scenario for each column, \
@@ -248,6 +306,14 @@ impl Results {
         for kind in Kind::ALL {
             let _ = writeln!(s, "- {}", kind.note());
         }
+        if let Some(c) = &m.cluster {
+            let _ = writeln!(s, "\n## Columns on the Redis Cluster (S1c, S2c)\n");
+            for kind in Kind::ALL {
+                if let Some(note) = c.notes.get(kind.name()) {
+                    let _ = writeln!(s, "- {note}");
+                }
+            }
+        }
         s
     }
 
@@ -303,6 +369,13 @@ impl Results {
     }
 }
 
+/// S1c/S2c figures given over the cluster limit's too, and the names of those ratios.
+const RATIOS: [(&str, &str); 3] = [
+    ("p50_us", "p50_x_limit"),
+    ("p99_us", "p99_x_limit"),
+    ("cycles_per_s", "cycles_per_s_x_limit"),
+];
+
 /// Scenario id of the MONITOR pass in `Results::value`.
 const ACCOUNTING: &str = "S3 MONITOR";
 
@@ -346,6 +419,17 @@ const ROWS: &[RowSpec] = &[
     row("S1", "p50 µs / cycle", "p50_us", Fmt::Micros),
     row("S1", "p99 µs / cycle", "p99_us", Fmt::Micros),
     row("S2", "cycles/s", "cycles_per_s", Fmt::Rate),
+    row("S1c", "p50 µs / cycle", "p50_us", Fmt::Micros),
+    row("S1c", "p99 µs / cycle", "p99_us", Fmt::Micros),
+    row("S1c", "p50 ÷ limit's (cluster)", "p50_x_limit", Fmt::Ratio),
+    row("S1c", "p99 ÷ limit's (cluster)", "p99_x_limit", Fmt::Ratio),
+    row("S2c", "cycles/s", "cycles_per_s", Fmt::Rate),
+    row(
+        "S2c",
+        "cycles/s ÷ limit's (cluster)",
+        "cycles_per_s_x_limit",
+        Fmt::Ratio,
+    ),
     row("S3", "acquisitions/s", "acq_per_s", Fmt::Rate),
     row("S3", "hand-off p99 µs", "handoff_p99_us", Fmt::Micros),
     row(
@@ -515,6 +599,10 @@ pub enum Source {
     Correctness,
     /// Shown, not part of the issue's list.
     Informational,
+    /// Informational, for issue 11 (Redis Cluster): the single-node targets applied to the
+    /// cluster columns; issue 11 itself asks only for the figures.
+    #[serde(rename = "issue 11, informational")]
+    Issue11,
 }
 
 impl Source {
@@ -524,6 +612,7 @@ impl Source {
             Source::Design => "design.md",
             Source::Correctness => "correctness",
             Source::Informational => "informational",
+            Source::Issue11 => "issue 11, informational",
         }
     }
 }
@@ -700,10 +789,10 @@ fn versus_limit(
     } else {
         ratio >= bound
     };
-    let name = if scenario == "S4" {
-        "limit-quorum"
-    } else {
-        "limit"
+    let name = match scenario {
+        "S4" => "limit-quorum",
+        "S1c" | "S2c" => "limit on the cluster",
+        _ => "limit",
     };
     Ok((pass, format!("{ratio:.2}× {name}")))
 }
@@ -789,6 +878,24 @@ const TARGETS: &[TargetSpec] = &[
         ahead: Some(Better::Lower),
     },
     TargetSpec {
+        scenario: "S1c",
+        metric: "p50_us",
+        goal: "≤ 1.03× limit on the cluster",
+        source: Source::Issue11,
+        every_column: false,
+        judge: |r, k| versus_limit(r, k, "S1c", "p50_us", 1.03, true),
+        ahead: Some(Better::Lower),
+    },
+    TargetSpec {
+        scenario: "S2c",
+        metric: "cycles_per_s",
+        goal: "≥ 0.90× limit on the cluster",
+        source: Source::Issue11,
+        every_column: false,
+        judge: |r, k| versus_limit(r, k, "S2c", "cycles_per_s", 0.90, false),
+        ahead: Some(Better::Higher),
+    },
+    TargetSpec {
         scenario: "S3x",
         metric: "process_fairness",
         goal: "≥ 0.9",
@@ -854,7 +961,7 @@ const TARGETS: &[TargetSpec] = &[
 ];
 
 const DEFINITIONS: &[&str] = &[
-    "targets: tagged [issue] (the performance issue's list, in its order), [design.md] (a quality bar the issue does not restate), [correctness] (must hold for every column) or [informational]; ratios are against the `limit` column of the same run (limit-quorum in S4). \"ahead of every peer\": distlock's figure is better than that of every peer crate in the table (lower µs, higher rates and fairness; a fairness of 1.00 counts as ahead even on a tie, as nothing beats it); a peer without the figure (n/a, or failed in every round) is named and left out.",
+    "targets: tagged [issue] (the performance issue's list, in its order), [design.md] (a quality bar the issue does not restate), [correctness] (must hold for every column), [informational] or [issue 11, informational] (S1's p50 and S2's targets applied to S1c/S2c on the cluster; issue 11 asks for the figures, not for a bound); ratios are against the `limit` column of the same run (limit-quorum in S4, limit on the cluster in S1c/S2c). \"ahead of every peer\": distlock's figure is better than that of every peer crate in the table (lower µs, higher rates and fairness; a fairness of 1.00 counts as ahead even on a tie, as nothing beats it); a peer without the figure (n/a, or failed in every round) is named and left out.",
     "p50/p99 µs / cycle: one `acquire` (wait 10 s, ttl 10 s) plus `release`, timed from the acquire call to the release's return; nearest-rank percentiles per round.",
     "S2 cycles/s: all cycles of the 32 tasks divided by the time the column's turns took, each turn until its last task finished (tasks start no new cycle after the turn's 250 ms).",
     "S3/S3b: each task loops acquire, spin for the hold, release; acquisitions/s over the time until the last task finished.",
@@ -866,6 +973,7 @@ const DEFINITIONS: &[&str] = &[
     "S3b ideal: 1 / (5 ms hold + one PING round trip), the rate if each hand-off cost a single round trip.",
     "S3x: the bench starts two child processes of its own binary for a column; each connects the column on its own (its own client, connections and runtime), warms up, and when both are ready both are told to go at once; each runs 4 tasks on the same key with S3's 200 µs hold for the run's length (1 s with --quick, else 1.5 s). acquisitions/s: both processes' acquisitions over the longer of their run times; cross-process fairness: the process with fewer acquisitions over the one with more; per-task: fewest over most of all 8 tasks; max occupancy counts the tasks of both processes inside the critical section at once, on two atomics in a file both children map shared (mmap).",
     "S4: the same sequential cycle against five independent redis-server nodes (quorum 3); the limit column there is limit-quorum (see Columns).",
+    "S1c/S2c: S1 and S2 (S1's cycles, S2's 32 tasks and 250 ms turns, but 1.5 s per column in the full run instead of 2 s; 0.5 s with --quick) on a local Redis Cluster of 3 masters without replicas, formed once per run (`RedisCluster::start_with(3, 0, 5000 ms node timeout)`: `redis-cli --cluster create`, slots split evenly), each column connected to it through all nodes' URLs (see Columns on the Redis Cluster). S1c's one key per column and round sits on one master; S2c's 32 keys per column and round are checked against the cluster's slot map to land on all 3 masters (the key each column actually stores, e.g. distlock's `distlock:{name}` hashes on the name). \"÷ limit's (cluster)\": the column's median over the limit column's median on the cluster (below 1 is faster for µs, slower for cycles/s).",
     "S5: one distlock `Client` on the single node; an `#[distributed_lock(key = \"<key>\", client = client, ttl = \"10s\", wait = \"10s\")]` fn with an empty body against `client.lock(key).ttl(10 s).wait(10 s).acquire()` + `release()` on another key, taking turns of 50 sequential calls; the ratio is the annotated p50 over the by-hand p50 of the same round, and the table gives its median over the rounds.",
     "S6: one fresh distlock `Client` on the single node takes 10,000 distinct locks (ttl 3 s, watchdog on at its default period ttl/3 = 1 s) from 50 tasks, holds them all for the window (3 s with --quick, else 6 s) while the process does nothing else, checks `Guard::is_held` on every guard, then releases them all. Round trips: delta of `Client::renewal_round_trips()` over the window; renewals: the server's EVALSHA calls over the window (nothing else reaches it then); client CPU: getrusage(RUSAGE_SELF) user+sys delta over the window; redis-server CPU: /proc/<pid>/stat utime+stime delta; both as % of one core.",
 ];

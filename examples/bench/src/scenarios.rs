@@ -17,7 +17,7 @@ pub type Metrics = BTreeMap<&'static str, f64>;
 
 /// How long any acquire may wait. Equal to the ttl: in a healthy run nothing waits this long.
 const WAIT: Duration = crate::columns::TTL;
-const S2_TASKS: usize = 32;
+pub const S2_TASKS: usize = 32;
 const S3_TASKS: usize = 8;
 pub const S3_HOLD: Duration = Duration::from_micros(200);
 pub const S3B_HOLD: Duration = Duration::from_millis(5);
@@ -34,6 +34,10 @@ const S6_TASKS: usize = 50;
 pub enum Scenario {
     S1,
     S2,
+    /// S1 on the 3-master Redis Cluster.
+    S1c,
+    /// S2 on the 3-master Redis Cluster.
+    S2c,
     S3,
     S3b,
     S3x,
@@ -43,9 +47,11 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::S1,
         Scenario::S2,
+        Scenario::S1c,
+        Scenario::S2c,
         Scenario::S3,
         Scenario::S3b,
         Scenario::S3x,
@@ -58,6 +64,8 @@ impl Scenario {
         match self {
             Scenario::S1 => "S1",
             Scenario::S2 => "S2",
+            Scenario::S1c => "S1c",
+            Scenario::S2c => "S2c",
             Scenario::S3 => "S3",
             Scenario::S3b => "S3b",
             Scenario::S3x => "S3x",
@@ -71,6 +79,8 @@ impl Scenario {
         match self {
             Scenario::S1 => "S1 uncontended acquire+release, 1 task",
             Scenario::S2 => "S2 32 tasks, distinct keys",
+            Scenario::S1c => "S1c S1 on a 3-master Redis Cluster (limit: limit on the cluster)",
+            Scenario::S2c => "S2c S2 on a 3-master Redis Cluster (keys over all 3 masters)",
             Scenario::S3 => "S3 8 tasks, one key, hold 200 µs",
             Scenario::S3b => "S3b 8 tasks, one key, hold 5 ms",
             Scenario::S3x => "S3x 2 processes × 4 tasks, one key, hold 200 µs",
@@ -84,6 +94,11 @@ impl Scenario {
     pub fn quorum(self) -> bool {
         self == Scenario::S4
     }
+
+    /// Runs on the Redis Cluster instead of the single node.
+    pub fn cluster(self) -> bool {
+        matches!(self, Scenario::S1c | Scenario::S2c)
+    }
 }
 
 /// Sizes of one round; `--quick` shrinks them.
@@ -94,6 +109,9 @@ pub struct Plan {
     pub s4_cycles: usize,
     pub ping_count: usize,
     pub s2_duration: Duration,
+    /// S2c's length per column, in S2's 250 ms turns: shorter than S2's in the full run, so
+    /// the four cluster columns add under a minute.
+    pub s2c_duration: Duration,
     pub s3_duration: Duration,
     /// Length of one S3x run (both processes run for it).
     pub s3x_duration: Duration,
@@ -113,6 +131,7 @@ impl Plan {
                 s4_cycles: 200,
                 ping_count: 500,
                 s2_duration: Duration::from_millis(500),
+                s2c_duration: Duration::from_millis(500),
                 s3_duration: Duration::from_secs(1),
                 s3x_duration: Duration::from_secs(1),
                 accounting_duration: Duration::from_millis(500),
@@ -126,6 +145,7 @@ impl Plan {
                 s4_cycles: 1_000,
                 ping_count: 2_000,
                 s2_duration: Duration::from_secs(2),
+                s2c_duration: Duration::from_millis(1_500),
                 s3_duration: Duration::from_secs(3),
                 s3x_duration: Duration::from_millis(1_500),
                 accounting_duration: Duration::from_secs(1),
@@ -157,9 +177,10 @@ pub async fn run_round(
     server: &RedisServer,
 ) -> Vec<Result<Metrics, String>> {
     match scenario {
-        Scenario::S1 => latency(entries, plan.s1_cycles).await,
+        Scenario::S1 | Scenario::S1c => latency(entries, plan.s1_cycles).await,
         Scenario::S4 => latency(entries, plan.s4_cycles).await,
         Scenario::S2 => throughput(entries, plan.s2_duration).await,
+        Scenario::S2c => throughput(entries, plan.s2c_duration).await,
         // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
         // of its own; `main` runs them on their own (`annotated`, `held_locks`,
         // `two_processes`).
@@ -295,7 +316,7 @@ async fn distinct_keys(entry: &Entry<'_>, duration: Duration) -> Result<(u64, Du
     let tasks: Vec<_> = (0..S2_TASKS)
         .map(|i| {
             let column = Arc::clone(entry.column);
-            let key = format!("{}:{i}", entry.key);
+            let key = s2_key(&entry.key, i);
             tokio::spawn(async move {
                 let mut cycles = 0u64;
                 while Instant::now() < deadline {
@@ -311,6 +332,11 @@ async fn distinct_keys(entry: &Entry<'_>, duration: Duration) -> Result<(u64, Du
         total += task.await.map_err(|e| e.to_string())??;
     }
     Ok((total, started.elapsed()))
+}
+
+/// The key of S2's (and S2c's) task `i` in a run on `key`.
+pub fn s2_key(key: &str, i: usize) -> String {
+    format!("{key}:{i}")
 }
 
 /// What the contended tasks saw. Hand-off: from the moment holder k is about to call

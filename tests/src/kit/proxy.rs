@@ -214,6 +214,16 @@ impl FaultProxy {
         *lock(&self.shared.latency) = (base, jitter);
     }
 
+    /// Delays every server-to-client chunk by `delay` (on top of
+    /// [`latency`](Self::latency)), requests not at all: a request reaches and
+    /// changes the server at once, and its answer comes late, after the
+    /// client's response timeout if `delay` exceeds it. Ordered like
+    /// `latency`; `Duration::ZERO` turns it off (chunks already delayed keep
+    /// their delay).
+    pub fn reply_latency(&self, delay: Duration) {
+        *lock(&self.shared.reply_latency) = delay;
+    }
+
     /// While on, new connections are accepted and immediately reset (RST)
     /// instead of forwarded. Established connections are not affected.
     pub fn refuse_new(&self, on: bool) {
@@ -253,6 +263,7 @@ impl FaultProxy {
         self.shared.drop_next.store(false, Ordering::SeqCst);
         self.blackhole(false);
         self.latency(Duration::ZERO, Duration::ZERO);
+        self.reply_latency(Duration::ZERO);
         self.refuse_new(false);
     }
 
@@ -320,6 +331,8 @@ struct Shared {
     refuse_new: AtomicBool,
     /// `(base, jitter)`.
     latency: Mutex<(Duration, Duration)>,
+    /// Added to server-to-client chunks only.
+    reply_latency: Mutex<Duration>,
     rng: Mutex<SplitMix64>,
     /// Bumped by `reset_all`; every connection task watches it.
     reset_all: watch::Sender<u64>,
@@ -344,6 +357,7 @@ impl Shared {
             blackhole: AtomicBool::new(false),
             refuse_new: AtomicBool::new(false),
             latency: Mutex::new((Duration::ZERO, Duration::ZERO)),
+            reply_latency: Mutex::new(Duration::ZERO),
             rng: Mutex::new(SplitMix64(DEFAULT_SEED)),
             reset_all: watch::Sender::new(0),
             open: Mutex::new(HashSet::new()),
@@ -371,9 +385,12 @@ impl Shared {
         lose
     }
 
-    /// The delay for a chunk just read, if latency is on.
-    fn delay(&self) -> Option<Duration> {
-        let (base, jitter) = *lock(&self.latency);
+    /// The delay for a chunk just read in `direction`, if latency is on.
+    fn delay(&self, direction: Direction) -> Option<Duration> {
+        let (mut base, jitter) = *lock(&self.latency);
+        if direction == Direction::ToClient {
+            base = base.saturating_add(*lock(&self.reply_latency));
+        }
         if base.is_zero() && jitter.is_zero() {
             return None;
         }
@@ -585,7 +602,7 @@ async fn pipe(
                 continue;
             }
             if queue
-                .send((buf[..n].to_vec(), read_at, shared.delay()))
+                .send((buf[..n].to_vec(), read_at, shared.delay(direction)))
                 .await
                 .is_err()
             {
