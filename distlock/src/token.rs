@@ -27,9 +27,8 @@ pub(crate) fn owner_token_described(site: &dyn std::fmt::Display) -> Arc<str> {
 }
 
 /// `host=<host>\tpid=<pid>`, computed once per process.
-static PROCESS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("host={}\tpid={}", clean(&hostname()), std::process::id())
-});
+static PROCESS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("host={}\tpid={}", clean(&hostname()), std::process::id()));
 
 /// Who takes a lock, stored with it for [`Client::inspect`](crate::Client::inspect):
 /// `host=<host>\tpid=<pid>\tsite=<fn or file:line>\tat=<unix ms>`. Tabs and newlines in the
