@@ -32,6 +32,7 @@ const ARGUMENTS: &[&str] = &[
     "max_hold",
     "min_hold",
     "record_key",
+    "fencing",
     "replicas",
     "replicas_timeout",
     "client",
@@ -62,6 +63,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("lock_at_most_for", "ttl"),
     ("on_failure", "on_error"),
     ("trace_key", "record_key"),
+    ("fence", "fencing"),
+    ("fencing_token", "fencing"),
+    ("fenced", "fencing"),
 ];
 
 /// The attribute's arguments, each parsed on its own, each keeping its span.
@@ -84,6 +88,7 @@ pub struct LockArgs {
     pub min_hold: Option<Spanned<Duration>>,
     pub on_error: Option<Spanned<OnError>>,
     pub record_key: Option<Spanned<bool>>,
+    pub fencing: Option<Spanned<bool>>,
     pub client: Option<Expr>,
     pub map_err: Option<ExprPath>,
 }
@@ -188,6 +193,7 @@ impl LockArgs {
             "min_hold" => self.min_hold = Some(duration(&name, value)?),
             "on_error" => self.on_error = Some(choice(&name, value, &OnError::ALL)?),
             "record_key" => self.record_key = Some(boolean(&name, value)?),
+            "fencing" => self.fencing = Some(boolean(&name, value)?),
             "mode" => self.mode = Some(choice(&name, value, &Mode::ALL)?),
             "on_busy" => self.on_busy = Some(choice(&name, value, &OnBusy::ALL)?),
             "on_lost" => self.on_lost = Some(choice(&name, value, &OnLost::ALL)?),

@@ -287,6 +287,7 @@ fn spec(model: &LockModel) -> TokenStream {
     let template = &model.key.lit;
     let fn_name = model.item.sig.ident.to_string();
     let record_key = model.record_key;
+    let fencing = model.fencing;
     let on_lost = match model.on_lost.value {
         OnLost::Cancel => quote!(Cancel),
         OnLost::Continue => quote!(Continue),
@@ -304,6 +305,7 @@ fn spec(model: &LockModel) -> TokenStream {
             template: #template,
             site: ::core::concat!(::core::module_path!(), "::", #fn_name),
             record_key: #record_key,
+            fencing: #fencing,
         }
     }
 }

@@ -204,6 +204,8 @@ pub struct LockModel {
     pub on_error: Spanned<OnError>,
     /// Record the rendered key in traces (off: only the template).
     pub record_key: bool,
+    /// Mint a fencing token with the lock (off: no token, a cheaper acquisition).
+    pub fencing: bool,
     /// `client = <expr>`, evaluated in the fn's scope; `None` means the
     /// process-wide default client.
     pub client: Option<Expr>,

@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder | `{1, fence}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
 //! | release | lock, wake-up channel | owner, nonce, wake-up id, `s` to SPUBLISH | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
@@ -52,6 +52,9 @@ pub(crate) struct Algorithm {
     /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
     /// as Redlock; the others are refused there rather than run unproven.
     pub(crate) quorum: bool,
+    /// Without fencing, the acquire is the plain `SET key value NX PX ttl GET` rather than
+    /// the script (setnx: the value alone is the lock).
+    pub(crate) plain_acquire: bool,
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
     pub(crate) extend: Lua,
@@ -98,52 +101,179 @@ pub(crate) enum OwnerKind {
 /// The answer to one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Held, with this fencing token.
-    Acquired { fence: u64 },
+    /// Held, with this fencing token when one was asked for.
+    Acquired { fence: Option<u64> },
     /// Held by someone else, whose lease has this much left (when the server said).
     Busy { holder_ttl: Option<Duration> },
 }
 
+/// What one acquire attempt asks for besides the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// An earlier attempt of this acquisition may have succeeded without its reply reaching
+    /// us: a hold of this acquisition found in place is taken, not waited for.
+    pub(crate) unsure: bool,
+    /// Report how long a busy lock's holder has left (a waiter that learnt it recently can
+    /// spare the server the call).
+    pub(crate) want_holder_ttl: bool,
+    /// The caller waits if the lock is busy (not a single try): only then is the holder's
+    /// remaining lease worth a second command on a plain acquire.
+    pub(crate) waits: bool,
+    /// Mint a fencing token (see [`LockRequest::fencing`](crate::LockRequest::fencing)).
+    pub(crate) fencing: bool,
+}
+
+/// One acquire attempt as built for the wire: a script call, or (setnx without fencing) the
+/// plain `SET key value NX PX ttl GET`. Built once per attempt; a quorum sends the same one
+/// to every node.
+pub(crate) struct AcquireCall<'a> {
+    key: &'a LockKey,
+    id: &'a HoldId,
+    ttl_ms: u64,
+    ask: Ask,
+    cmd: Cmd,
+    plain: bool,
+}
+
 impl Algorithm {
-    /// The acquire attempt as a command, built once per attempt (a quorum sends the same one
-    /// to every node). `unsure`: an earlier attempt with this owner may have succeeded unseen,
-    /// so the script must accept a lock already held by `owner`. `want_holder_ttl`: report how
-    /// long a busy lock's holder has left (a waiter that learnt it recently can spare the
-    /// server the call).
-    pub(crate) fn acquire_cmd(
+    /// The acquire attempt as a command, built once per attempt. A setnx lock without
+    /// fencing is one plain command, `SET key value NX PX ttl GET` (Redis 7.0 or later): no
+    /// script, and its reply says whether the lock is free (nil), already this acquisition's
+    /// (an earlier attempt whose reply was lost took it) or someone else's; the rare answers
+    /// that need more (the name held by another mode or by the application, a lost reply)
+    /// are settled by a follow-up, see [`send_acquire`](Self::send_acquire). Every other
+    /// case runs the mode's acquire script.
+    pub(crate) fn acquire_cmd<'a>(
         &self,
-        key: &LockKey,
-        id: &HoldId,
+        key: &'a LockKey,
+        id: &'a HoldId,
         ttl_ms: u64,
-        unsure: bool,
-        want_holder_ttl: bool,
-    ) -> Cmd {
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 32;
-        let mut cmd = evalsha(&self.acquire, 2, 8, bytes);
+        ask: Ask,
+    ) -> AcquireCall<'a> {
+        let plain = self.plain_acquire && !ask.fencing;
+        let cmd = if plain {
+            let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
+            cmd.arg("SET")
+                .arg(key.lock())
+                .arg(&*id.owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .arg("GET");
+            cmd
+        } else {
+            self.acquire_script_cmd(key, id, ttl_ms, ask)
+        };
+        AcquireCall {
+            key,
+            id,
+            ttl_ms,
+            ask,
+            cmd,
+            plain,
+        }
+    }
+
+    /// The acquire script's call (see the table above).
+    fn acquire_script_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64, ask: Ask) -> Cmd {
+        let flag = |on: bool| if on { "1" } else { "0" };
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 34;
+        let mut cmd = evalsha(&self.acquire, 2, 9, bytes);
         cmd.arg(key.lock())
             .arg(key.fence_arg())
             .arg(&*id.owner)
             .arg(ttl_ms)
-            .arg(if unsure { "1" } else { "0" })
-            .arg(if want_holder_ttl { "1" } else { "0" })
+            .arg(flag(ask.unsure))
+            .arg(flag(ask.want_holder_ttl))
             .arg(&*id.nonce)
-            .arg(&*id.holder);
+            .arg(&*id.holder)
+            .arg(flag(ask.fencing));
         cmd
     }
 
-    /// Sends an [`acquire_cmd`](Self::acquire_cmd) on one connection. `redis::Script`'s way:
+    /// Sends an [`acquire_cmd`](Self::acquire_cmd) on one connection. A script goes by
     /// `EVALSHA`, and on `NOSCRIPT` (a restarted server, `SCRIPT FLUSH`) the script is loaded
     /// and the command sent again, so a restarted server just works.
+    ///
+    /// A plain `SET .. GET` is settled from its reply: nil is the lock taken; another
+    /// holder's value is busy (with the holder's remaining lease from a `PTTL` only when the
+    /// caller waits and does not know it yet, or when the value is not one of ours: a string
+    /// without expiry is the application's, not a lock). Two replies need the script: this
+    /// acquisition's own value (an earlier attempt took the lock and its reply was lost: the
+    /// script makes the lease last at least the ttl, never shortening it) and `WRONGTYPE` (a
+    /// lock of another mode, or the application's data: the script tells which).
     pub(crate) async fn send_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        key: &LockKey,
-        cmd: &Cmd,
+        call: &AcquireCall<'_>,
     ) -> Result<Attempt, Error> {
-        let reply: Value = invoke(&self.acquire, cmd, conn)
+        let key = call.key;
+        if !call.plain {
+            let reply: Value = invoke(&self.acquire, &call.cmd, conn)
+                .await
+                .map_err(|e| script_error(Op::Acquire, key, e))?;
+            return parse_acquire(self.name, key, reply);
+        }
+        let reply: Value = match call.cmd.query_async(conn).await {
+            Ok(reply) => reply,
+            Err(e) if is_wrong_type(&e) => return self.settle_by_script(conn, call, false).await,
+            Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
+        };
+        match reply {
+            Value::Nil => Ok(Attempt::Acquired { fence: None }),
+            Value::BulkString(held) if held == call.id.owner.as_bytes() => {
+                self.settle_by_script(conn, call, true).await
+            }
+            Value::BulkString(held) => {
+                if !(call.ask.waits && call.ask.want_holder_ttl) && is_lock_value(&held) {
+                    return Ok(Attempt::Busy { holder_ttl: None });
+                }
+                let ms: i64 = redis::cmd("PTTL")
+                    .arg(key.lock())
+                    .query_async(conn)
+                    .await
+                    .map_err(|e| Error::redis(Op::Acquire, key.name(), e))?;
+                match ms {
+                    // Our locks always expire: a string without expiry is the application's.
+                    -1 => Err(Error::WrongType {
+                        key: key.name().to_owned(),
+                        found: "string without expiry".to_owned(),
+                    }),
+                    // Gone since: free now, try again at once.
+                    ms => Ok(Attempt::Busy {
+                        holder_ttl: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    }),
+                }
+            }
+            _ => Err(Error::Redis {
+                op: Op::Acquire,
+                key: Some(key.name().to_owned()),
+                source: redis::RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "SET .. GET answered in an unexpected shape",
+                )),
+            }),
+        }
+    }
+
+    /// The acquire script as the follow-up of a plain `SET .. GET` whose reply needs it:
+    /// `own` when the reply was this acquisition's own value.
+    async fn settle_by_script<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        call: &AcquireCall<'_>,
+        own: bool,
+    ) -> Result<Attempt, Error> {
+        let ask = Ask {
+            unsure: call.ask.unsure || own,
+            want_holder_ttl: true,
+            ..call.ask
+        };
+        let cmd = self.acquire_script_cmd(call.key, call.id, call.ttl_ms, ask);
+        let reply: Value = invoke(&self.acquire, &cmd, conn)
             .await
-            .map_err(|e| script_error(Op::Acquire, key, e))?;
-        parse_acquire(self.name, key, reply)
+            .map_err(|e| script_error(Op::Acquire, call.key, e))?;
+        parse_acquire(self.name, call.key, reply)
     }
 
     /// One acquire attempt on one connection.
@@ -153,11 +283,10 @@ impl Algorithm {
         key: &LockKey,
         id: &HoldId,
         ttl_ms: u64,
-        unsure: bool,
-        want_holder_ttl: bool,
+        ask: Ask,
     ) -> Result<Attempt, Error> {
-        let cmd = self.acquire_cmd(key, id, ttl_ms, unsure, want_holder_ttl);
-        self.send_acquire(conn, key, &cmd).await
+        let call = self.acquire_cmd(key, id, ttl_ms, ask);
+        self.send_acquire(conn, &call).await
     }
 
     /// One acquire attempt followed by `WAIT count timeout` in one pipeline: both travel on
@@ -165,14 +294,23 @@ impl Algorithm {
     /// write (it counts the writes of the connection it runs on, and a `WAIT` sent on its own
     /// could go out on a fresh connection after a reconnection and confirm nothing). An
     /// acquisition that fewer replicas confirmed is reported as
-    /// [`Error::ReplicasNotConfirmed`]; the caller undoes it.
+    /// [`Error::ReplicasNotConfirmed`]; the caller undoes it. Always the acquire script (also
+    /// where a plain `SET .. GET` would do without acknowledgement): its one reply settles
+    /// every case, so the `WAIT` behind it confirms exactly that write.
     pub(crate) async fn try_acquire_acked(
         &self,
         conn: &mut Conn,
-        key: &LockKey,
-        cmd: &Cmd,
+        call: &AcquireCall<'_>,
         replicas: Replicas,
     ) -> Result<Attempt, Error> {
+        let key = call.key;
+        let script;
+        let cmd = if call.plain {
+            script = self.acquire_script_cmd(key, call.id, call.ttl_ms, call.ask);
+            &script
+        } else {
+            &call.cmd
+        };
         let timeout_ms = replicas.timeout.as_millis().max(1);
         let mut first = cmd.clone();
         for _ in 0..3 {
@@ -389,8 +527,9 @@ pub(crate) fn parse_acquire(
         return Err(malformed());
     };
     match items.as_slice() {
+        // A negative token: none was asked for.
         [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
-            fence: u64::try_from(*fence).map_err(|_| malformed())?,
+            fence: u64::try_from(*fence).ok(),
         }),
         [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
             holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),
@@ -420,10 +559,25 @@ fn text(value: &Value) -> String {
     }
 }
 
+/// True for Redis's WRONGTYPE error: the key holds a value of another type.
+fn is_wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE")
+}
+
+/// True when a string value has the shape of a setnx lock's (see
+/// `token::owner_token_described`): 32 lowercase hex digits and a tab.
+fn is_lock_value(value: &[u8]) -> bool {
+    value.len() > 32
+        && value[32] == b'\t'
+        && value[..32]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
 /// Maps a failed script call, turning Redis's WRONGTYPE (a helper key of the lock holds the
 /// application's own data) into [`Error::WrongType`].
 pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
-    if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
+    if is_wrong_type(&e) {
         return Error::WrongType {
             key: key.name().to_owned(),
             found: "value of another type".to_owned(),

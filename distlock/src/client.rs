@@ -43,7 +43,8 @@ pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_secs(30);
 ///     .wait(Duration::from_secs(2))
 ///     .acquire()
 ///     .await?;
-/// // ... the critical section; `guard.fencing_token()` orders writes to other systems ...
+/// // ... the critical section (take it with `.fencing(true)` and `guard.fencing_token()`
+/// // orders writes to other systems) ...
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
@@ -294,8 +295,9 @@ impl Client {
     /// [`reentrant`](Self::reentrant). Writers are preferred: while a writer waits, new
     /// readers wait too (tasks already reading may re-enter), so readers cannot starve it.
     ///
-    /// A read guard's [`fencing_token`](crate::Guard::fencing_token) is the token of the
-    /// latest write (0 before the first): reads share it instead of each drawing a new one.
+    /// With [`fencing(true)`](LockRequest::fencing), a read guard's
+    /// [`fencing_token`](crate::Guard::fencing_token) is the token of the latest fenced write
+    /// (0 before the first): reads share it instead of each drawing a new one.
     ///
     /// ```no_run
     /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
@@ -315,14 +317,15 @@ impl Client {
     }
 
     /// The exclusive side of a read/write lock: one task at a time, and no readers. Reentrant
-    /// per task; every write acquisition draws a new, larger fencing token. The writer may
+    /// per task; with [`fencing(true)`](LockRequest::fencing) every write tenure draws a new,
+    /// larger fencing token. The writer may
     /// also take [`read`](Self::read) and then release the write guard to keep reading
     /// (downgrade). A task holding only the read lock gets [`Error::Upgrade`] at once instead
     /// of waiting forever: release the read lock first, or take the write lock from the start.
     ///
     /// ```no_run
     /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
-    /// let write = locks.write("doc:7").acquire().await?;
+    /// let write = locks.write("doc:7").fencing(true).acquire().await?;
     /// // ... change the document, passing write.fencing_token() to the store ...
     /// let read = locks.read("doc:7").try_acquire().await?; // the writer may always read
     /// write.release().await?; // downgraded: still reading, other readers may join

@@ -41,7 +41,7 @@ pub struct Guard {
     algorithm: &'static Algorithm,
     key: LockKey,
     id: HoldId,
-    fence: u64,
+    fence: Option<u64>,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
     /// Keep the lock at least this long after it was acquired (see `LockRequest::min_hold`).
@@ -69,7 +69,7 @@ impl Guard {
         algorithm: &'static Algorithm,
         key: LockKey,
         id: HoldId,
-        fence: u64,
+        fence: Option<u64>,
         acquired_at: Instant,
         lease: Arc<LeaseState>,
         min_hold: Option<Duration>,
@@ -94,12 +94,13 @@ impl Guard {
         self.key.name()
     }
 
-    /// A number strictly greater than that of every earlier acquisition of this lock name
-    /// (re-entry keeps its tenure's number). Pass it to the resource you protect and have it
-    /// refuse writes carrying a smaller one: that stops a holder that lost its lease (a long
-    /// GC pause, a frozen VM) from overwriting its successor's work, which no lease alone can
-    /// prevent.
-    pub fn fencing_token(&self) -> u64 {
+    /// The fencing token, when the lock was taken with
+    /// [`fencing(true)`](crate::LockRequest::fencing) (`None` otherwise): a number strictly
+    /// greater than that of every earlier fenced acquisition of this lock name (re-entry keeps
+    /// its tenure's number). Pass it to the resource you protect and have it refuse writes
+    /// carrying a smaller one: that stops a holder that lost its lease (a long GC pause, a
+    /// frozen VM) from overwriting its successor's work, which no lease alone can prevent.
+    pub fn fencing_token(&self) -> Option<u64> {
         self.fence
     }
 

@@ -9,9 +9,10 @@
 //!     .lock("order:42")
 //!     .ttl(Duration::from_secs(10))
 //!     .wait(Duration::from_secs(2))
+//!     .fencing(true) // optional: a fencing token for the resource the lock protects
 //!     .acquire()
 //!     .await?;
-//! println!("holding {} with fencing token {}", guard.name(), guard.fencing_token());
+//! println!("holding {} with fencing token {:?}", guard.name(), guard.fencing_token());
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -27,7 +28,8 @@
 //! # Modes
 //!
 //! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
-//!   with 128 random bits per acquisition; release and extension check the token atomically.
+//!   with 128 random bits per acquisition (one plain `SET .. NX PX .. GET`, Redis 7.0 or later,
+//!   unless a fencing token is asked for); release and extension check the token atomically.
 //!   The same task asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
 //! * [`Client::reentrant`]: a hash of owner -> hold count (seeds 002, 003), owned by the Tokio
 //!   task (see [`LockContext`]); nested acquisitions in one task re-enter.
@@ -51,15 +53,17 @@
 //! Every mode shares one acquire loop, one wake-up mechanism (waiters sleep until a release is
 //! published, capped by the holder's remaining lease), one watchdog (renews held leases in one
 //! pipeline per node per tick; a lease that cannot be renewed is reported **lost** through
-//! [`Guard::is_held`] and [`Guard::lost`]) and fencing tokens ([`Guard::fencing_token`]).
+//! [`Guard::is_held`] and [`Guard::lost`]) and fencing tokens ([`Guard::fencing_token`], minted
+//! only for acquisitions that ask: [`LockRequest::fencing`]).
 
 //! # What a lock promises
 //!
 //! While [`Guard::is_held`] is true, no other owner holds the lock, provided the Redis server
 //! keeps its data and its clock runs at about the rate of ours (1 % + 2 ms is allowed for).
 //! A lease can end while the holder is stalled (a GC pause, a frozen VM): no lease-based lock
-//! can prevent that. Pass [`Guard::fencing_token`] to the protected resource and let it
-//! refuse smaller tokens; that closes the gap. Tokens keep increasing across a server restart
+//! can prevent that. Take the lock with [`LockRequest::fencing`], pass
+//! [`Guard::fencing_token`] to the protected resource and let it refuse smaller tokens; that
+//! closes the gap. Tokens keep increasing across a server restart
 //! without persistence (a new counter starts at the server's clock in microseconds).
 //!
 //! Under faults the promise rests on one rule: every call names the **acquisition** it
@@ -72,7 +76,8 @@
 //! # Keys
 //!
 //! A lock named `order:42` lives at `distlock:{order:42}` (the prefix is configurable), with a
-//! fencing counter at `distlock:{order:42}:fence` in the same Redis Cluster slot. A name that
+//! fencing counter (written only by acquisitions that ask for a token) at
+//! `distlock:{order:42}:fence` in the same Redis Cluster slot. A name that
 //! already carries a hash tag (`order:{42}`) keeps it. Names must be non-empty UTF-8, at most
 //! 8 KiB by default.
 #![warn(missing_docs)]

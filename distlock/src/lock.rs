@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use crate::algorithm::{Algorithm, Attempt, HoldId, OwnerKind};
+use crate::algorithm::{Algorithm, Ask, Attempt, HoldId, OwnerKind};
 use crate::client::{Client, Replicas};
 use crate::context::LockContext;
 use crate::error::{is_transient, Error};
@@ -41,6 +41,7 @@ pub struct LockRequest<'c> {
     max_hold: Option<Duration>,
     replicas: Option<Replicas>,
     min_hold: Option<Duration>,
+    fencing: bool,
     label: Cow<'static, str>,
     record_name: bool,
     site: Option<&'static str>,
@@ -65,6 +66,7 @@ impl<'c> LockRequest<'c> {
             max_hold: None,
             replicas: None,
             min_hold: None,
+            fencing: false,
             label: Cow::Borrowed(NO_LABEL),
             record_name: false,
             site: None,
@@ -101,6 +103,25 @@ impl<'c> LockRequest<'c> {
     /// ```
     pub fn min_hold(mut self, min: Duration) -> Self {
         self.min_hold = Some(min);
+        self
+    }
+
+    /// Mint a fencing token with this acquisition (default off): a number strictly greater
+    /// than the token of every earlier fenced acquisition of this lock name, read with
+    /// [`Guard::fencing_token`]. Pass it to the resource the lock protects and have it refuse
+    /// writes carrying a smaller one: that stops a holder that lost its lease (a long GC
+    /// pause, a frozen VM) from overwriting its successor's work, which no lease alone can
+    /// prevent.
+    ///
+    /// It costs the server work on every acquisition: the lock is taken by a script that
+    /// also increments the lock's counter (`<key>:fence`, same slot), where an acquisition
+    /// without fencing is one plain `SET key value NX PX ttl GET` (setnx) or a script that
+    /// skips the counter (the other modes). The README's Performance section gives the
+    /// figures. A read lock's token is the token of the latest fenced write (see
+    /// [`Client::read`]); a re-entry keeps its tenure's token, and a re-entry that asks for
+    /// fencing in a tenure taken without it mints the tenure's token then.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
         self
     }
 
@@ -197,12 +218,7 @@ impl<'c> LockRequest<'c> {
         let started = Instant::now();
         let result = self.attempt(wait, &labels).instrument(span.clone()).await;
         let (outcome, attempts, fence, error) = match &result {
-            Ok((guard, attempts)) => (
-                Outcome::Acquired,
-                *attempts,
-                Some(guard.fencing_token()),
-                None,
-            ),
+            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
             Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
             Err(e @ Error::Timeout { attempts, .. }) => {
                 (Outcome::Timeout, *attempts, None, Some(e))
@@ -231,9 +247,10 @@ impl<'c> LockRequest<'c> {
             max_hold: self.max_hold,
             min_hold: self.min_hold,
         };
-        let holder_text = match self.site {
-            Some(site) => token::holder(&site),
-            None => token::holder(self.caller),
+        let (site, caller) = (self.site, self.caller);
+        let site: &(dyn std::fmt::Display + Sync) = match &site {
+            Some(site) => site,
+            None => caller,
         };
         let inner = client.inner();
         let replicas = self.replicas.or(inner.replicas);
@@ -253,13 +270,20 @@ impl<'c> LockRequest<'c> {
                 key: key.name().to_owned(),
             });
         }
-        let holder_text: Arc<str> = Arc::from(holder_text);
-        let context_owner: Arc<str> = Arc::from(format!("{}:{context}", inner.id));
+        // Who takes it, for inspection: in the owner token itself (setnx, one buffer per
+        // acquisition), or stored beside the owner's hold by the script.
+        let (context_owner, holder_text): (Arc<str>, Arc<str>) = match algorithm.owner {
+            OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
+            OwnerKind::Context => (
+                Arc::from(format!("{}:{context}", inner.id)),
+                Arc::from(token::holder(site)),
+            ),
+        };
         // An id names one acquisition: a retry after a lost reply finds its own hold in place
         // and takes it instead of waiting on itself or counting it twice.
         let fresh_id = || match algorithm.owner {
             OwnerKind::Token => HoldId {
-                owner: token::owner_token_described(&holder_text),
+                owner: token::owner_token_described(site),
                 nonce: token::no_nonce(),
                 holder: token::no_nonce(),
             },
@@ -295,19 +319,16 @@ impl<'c> LockRequest<'c> {
         loop {
             attempts += 1;
             let sent = Instant::now();
-            let want_holder_ttl = !waiter.knows_holder();
+            let ask = Ask {
+                unsure,
+                want_holder_ttl: !waiter.knows_holder(),
+                waits: !wait.is_zero(),
+                fencing: self.fencing,
+            };
             pending.armed = true;
             let (error, holder_ttl) = match inner
                 .nodes
-                .acquire(
-                    algorithm,
-                    &key,
-                    &pending.id,
-                    ttl_ms,
-                    unsure,
-                    want_holder_ttl,
-                    replicas,
-                )
+                .acquire(algorithm, &key, &pending.id, ttl_ms, ask, replicas)
                 .await
             {
                 Ok(Attempt::Acquired { fence }) => {
@@ -456,7 +477,7 @@ impl Grant<'_> {
         key: LockKey,
         id: HoldId,
         context: LockContext,
-        fence: u64,
+        fence: Option<u64>,
         sent: Instant,
         ttl_ms: u64,
         period: Option<Duration>,

@@ -89,6 +89,8 @@ pub struct Spec {
     pub site: &'static str,
     /// Record the rendered key in traces too (`record_key = true`).
     pub record_key: bool,
+    /// Mint a fencing token with the lock (`fencing = true`).
+    pub fencing: bool,
 }
 
 /// A duration from its parts, for [`Spec`] fields (the generated code names nothing outside
@@ -424,14 +426,15 @@ pub fn default_quorum_client() -> Result<Cow<'static, Client>, Error> {
 /// kept after the locked fn returned reports the hold as over.
 #[derive(Clone, Debug)]
 pub struct Lease {
-    fence: u64,
+    fence: Option<u64>,
     signal: Arc<Signal>,
 }
 
 impl Lease {
-    /// The hold's fencing token ([`Guard::fencing_token`]): pass it to the resource the lock
-    /// protects and have it refuse tokens smaller than one it has seen.
-    pub fn fencing_token(&self) -> u64 {
+    /// The hold's fencing token ([`Guard::fencing_token`]) when the attribute asked for one
+    /// (`fencing = true`; `None` otherwise): pass it to the resource the lock protects and
+    /// have it refuse tokens smaller than one it has seen.
+    pub fn fencing_token(&self) -> Option<u64> {
         self.fence
     }
 
@@ -458,14 +461,14 @@ impl Lease {
 /// # #[derive(Debug)] struct AppError;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// # async fn copy_chunk(_: u32, _: u64) {}
-/// #[distlock::distributed_lock(key = "export:<id>", on_lost = "continue")]
+/// #[distlock::distributed_lock(key = "export:<id>", on_lost = "continue", fencing = true)]
 /// async fn export(id: u32) -> Result<(), AppError> {
 ///     let lease = distlock::lease().expect("inside a locked fn");
 ///     for _chunk in 0..100 {
 ///         if !lease.is_held() {
 ///             break; // stop at a safe point; the call returns Err(LeaseLost)
 ///         }
-///         copy_chunk(id, lease.fencing_token()).await;
+///         copy_chunk(id, lease.fencing_token().expect("fencing = true")).await;
 ///     }
 ///     Ok(())
 /// }
@@ -498,7 +501,7 @@ tokio::task_local! {
 /// What [`lease`] reads; moved into the task-local for each poll of the body, so it needs no
 /// allocation until the body asks for a [`Lease`].
 struct Slot {
-    fence: u64,
+    fence: Option<u64>,
     lost: bool,
     signal: Cell<Option<Arc<Signal>>>,
 }
@@ -658,7 +661,8 @@ async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error
         .watchdog(spec.renew_every.is_some())
         .label(spec.template)
         .site(spec.site)
-        .record_name(spec.record_key);
+        .record_name(spec.record_key)
+        .fencing(spec.fencing);
     if let Some(min) = spec.min_hold {
         request = request.min_hold(min);
     }
@@ -812,11 +816,11 @@ mod tests {
         assert!(lease().is_none());
         let signal = Arc::new(Signal::new(HELD));
         let lease = Lease {
-            fence: 7,
+            fence: Some(7),
             signal: signal.clone(),
         };
         assert!(lease.is_held());
-        assert_eq!(lease.fencing_token(), 7);
+        assert_eq!(lease.fencing_token(), Some(7));
         let waiter = tokio::spawn({
             let lease = lease.clone();
             async move { lease.lost().await }

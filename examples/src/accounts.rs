@@ -142,7 +142,7 @@ async fn show(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<Accoun
 }
 
 /// `POST /accounts/{id}/deposit`: alone on the account.
-#[write_lock(key = "account:<id>", client = app.locks, ttl = "10s", wait = "10s")]
+#[write_lock(key = "account:<id>", client = app.locks, ttl = "10s", wait = "10s", fencing = true)]
 async fn deposit(
     State(app): State<App>,
     Path(id): Path<u64>,

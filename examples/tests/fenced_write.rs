@@ -37,10 +37,11 @@ async fn a_stalled_holders_late_write_is_refused_by_postgres() {
         .lock(LOCK)
         .ttl(ttl)
         .watchdog(false)
+        .fencing(true)
         .acquire()
         .await
         .expect("A acquires");
-    let token_a = a.fencing_token();
+    let token_a = a.fencing_token().expect("taken with fencing(true)");
     let write = fenced::fenced_write(&db, LOCK, "draft by A", token_a).await;
     assert_eq!(write.expect("write"), Write::Applied);
 
@@ -51,6 +52,7 @@ async fn a_stalled_holders_late_write_is_refused_by_postgres() {
     let b = locks_b
         .lock(LOCK)
         .wait(Duration::from_secs(10))
+        .fencing(true)
         .acquire()
         .await
         .expect("B acquires once A's lease is over");
@@ -60,7 +62,7 @@ async fn a_stalled_holders_late_write_is_refused_by_postgres() {
         started.elapsed()
     );
     assert!(!a.is_held(), "A's guard still claims the lock");
-    let token_b = b.fencing_token();
+    let token_b = b.fencing_token().expect("taken with fencing(true)");
     assert!(
         token_b > token_a,
         "B's token {token_b} not above A's {token_a}"

@@ -111,9 +111,11 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
             d
         };
         let before = dump(raw.clone()).await;
+        // The counter is touched only when a token is asked for.
         let err = locks
             .lock(name)
             .wait(Duration::from_millis(200))
+            .fencing(name == "fenced")
             .acquire()
             .await
             .unwrap_err();
@@ -122,6 +124,18 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
             other => panic!("expected WrongType for {name}, got {other}"),
         }
         assert!(!err.is_retryable());
+        // A single try tells the same (the plain acquire's busy answer is not trusted for a
+        // value that is not one of ours).
+        let once = locks
+            .lock(name)
+            .fencing(name == "fenced")
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&once, Error::WrongType { found: f, .. } if f.contains(found)),
+            "{once}"
+        );
         assert_eq!(dump(raw.clone()).await, before, "{key} changed");
     }
     // The counter's data stopped the script before the lock key was written.

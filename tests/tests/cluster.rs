@@ -43,7 +43,8 @@ async fn every_mode_excludes_across_processes_on_locks_spread_over_the_masters()
     let observer_server = RedisServer::start();
     let url = format!("cluster:{}", CLUSTER.with(|c| c.urls()).join(","));
     const LOCKS: usize = 24;
-    for kind in ["setnx", "reentrant", "write"] {
+    // The plain setnx acquire, and the fencing scripts (whose tokens the observers check).
+    for kind in ["setnx", "reentrant+fenced", "write+fenced"] {
         let prefix = format!("spread-{kind}");
         let masters: BTreeSet<usize> = (0..LOCKS)
             .map(|i| master_of(&format!("{prefix}-{i}")))
@@ -173,9 +174,11 @@ async fn fencing_tokens_grow_and_share_the_locks_slot() {
     let locks = client().await;
     let mut last = 0;
     for _ in 0..5 {
-        let guard = locks.lock("c-fence").try_acquire().await.expect("free");
-        assert!(guard.fencing_token() > last);
-        last = guard.fencing_token();
+        let guard = locks.lock("c-fence").fencing(true).try_acquire().await;
+        let guard = guard.expect("free");
+        let token = guard.fencing_token().expect("fencing(true)");
+        assert!(token > last);
+        last = token;
         guard.release().await.expect("release");
     }
     let master = master_of("c-fence");
@@ -294,13 +297,14 @@ async fn renewals_are_batched_per_master() {
     }
 }
 
-#[distributed_lock(key = "c-attr:<id>", client = locks, wait = "5s")]
+#[distributed_lock(key = "c-attr:<id>", client = locks, wait = "5s", fencing = true)]
 async fn pay(locks: &Client, id: u32) -> Result<u64, Error> {
     let _ = id;
-    Ok(distlock::lease().expect("locked").fencing_token())
+    let lease = distlock::lease().expect("locked");
+    Ok(lease.fencing_token().expect("fencing = true"))
 }
 
-#[distributed_lock(key = "c-attr-re:<id>", client = locks, mode = "reentrant")]
+#[distributed_lock(key = "c-attr-re:<id>", client = locks, mode = "reentrant", fencing = true)]
 async fn nested(locks: &Client, id: u32) -> Result<u64, Error> {
     pay(locks, id).await
 }
@@ -350,10 +354,11 @@ async fn every_waiter_gets_the_lock_across_a_slot_migration() {
                     .lock(name)
                     .ttl(Duration::from_secs(30))
                     .wait(Duration::from_secs(60))
+                    .fencing(true)
                     .acquire()
                     .await
                     .expect("every waiter gets the lock");
-                let token = guard.fencing_token();
+                let token = guard.fencing_token().expect("fencing(true)");
                 guard.release().await.expect("release on the new master");
                 token
             })

@@ -159,6 +159,7 @@ async fn with_every_replica_paused_acknowledged_acquisitions_fail_and_leave_no_k
     // Confirmed again once the replica is back.
     let guard = acked
         .lock("{ack}-setnx")
+        .fencing(true)
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -189,13 +190,14 @@ async fn killing_the_master_of_a_held_lock() {
         let slot = slot_of(&name);
         let guard = holder
             .lock(&name)
+            .fencing(true)
             // Longer than a failover takes: the lease must outlast the renewals that fail
             // while the slot has no master.
             .ttl(Duration::from_secs(10))
             .try_acquire()
             .await
             .expect("free");
-        let before = guard.fencing_token();
+        let before = guard.fencing_token().expect("fencing(true)");
         let master = master_of(&name);
         let killed = Instant::now();
         CLUSTER.with(move |c| c.server_mut(master).kill());
@@ -203,7 +205,7 @@ async fn killing_the_master_of_a_held_lock() {
         // told it holds the lock.
         let mut second = None;
         while killed.elapsed() < RESUME_LIMIT {
-            match other.lock(&name).try_acquire().await {
+            match other.lock(&name).fencing(true).try_acquire().await {
                 Ok(g) => {
                     assert!(
                         !guard.is_held(),
@@ -237,7 +239,7 @@ async fn killing_the_master_of_a_held_lock() {
             );
             assert!(
                 matches!(
-                    other.lock(&name).try_acquire().await,
+                    other.lock(&name).fencing(true).try_acquire().await,
                     Err(Error::Busy { .. })
                 ),
                 "nobody else can take it"
@@ -263,6 +265,7 @@ async fn killing_the_master_of_a_held_lock() {
         let started = Instant::now();
         let next = other
             .lock(&name)
+            .fencing(true)
             .wait(RESUME_LIMIT)
             .acquire()
             .await
@@ -272,10 +275,10 @@ async fn killing_the_master_of_a_held_lock() {
             started.elapsed()
         );
         assert!(
-            next.fencing_token() > before,
+            next.fencing_token().expect("fencing(true)") > before,
             "tokens never go backwards across a failover: {} then {}",
             before,
-            next.fencing_token()
+            next.fencing_token().expect("fencing(true)")
         );
         next.release().await.expect("release");
         CLUSTER.with(move |c| {
@@ -293,8 +296,13 @@ async fn fencing_tokens_keep_growing_when_the_counter_is_lost() {
     let _serial = CLUSTER.serial().await;
     let locks = Client::cluster(seeds()).await.expect("connect");
     let name = "fo-floor";
-    let first = locks.lock(name).try_acquire().await.expect("free");
-    let before = first.fencing_token();
+    let first = locks
+        .lock(name)
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    let before = first.fencing_token().expect("fencing(true)");
     first.release().await.expect("release");
     let master = master_of(name);
     CLUSTER.with(move |c| {
@@ -303,12 +311,17 @@ async fn fencing_tokens_keep_growing_when_the_counter_is_lost() {
             .exec(&mut c.server(master).connection())
             .expect("DEL the counter");
     });
-    let after = locks.lock(name).try_acquire().await.expect("free");
+    let after = locks
+        .lock(name)
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
     assert!(
-        after.fencing_token() > before,
+        after.fencing_token().expect("fencing(true)") > before,
         "{} then {}",
         before,
-        after.fencing_token()
+        after.fencing_token().expect("fencing(true)")
     );
     after.release().await.expect("release");
 }
@@ -323,7 +336,12 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
     let name = "fo-lag";
     let slot = slot_of(name);
     for _ in 0..3 {
-        let guard = locks.lock(name).try_acquire().await.expect("free");
+        let guard = locks
+            .lock(name)
+            .fencing(true)
+            .try_acquire()
+            .await
+            .expect("free");
         guard.release().await.expect("release");
     }
     let master = master_of(name);
@@ -340,8 +358,13 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
     // Tokens the replica never receives.
     let mut last = 0;
     for _ in 0..5 {
-        let guard = locks.lock(name).try_acquire().await.expect("free");
-        last = guard.fencing_token();
+        let guard = locks
+            .lock(name)
+            .fencing(true)
+            .try_acquire()
+            .await
+            .expect("free");
+        last = guard.fencing_token().expect("fencing(true)");
         guard.release().await.expect("release");
     }
     let fence_key = format!("{}:fence", key_of(name));
@@ -377,14 +400,15 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
     );
     let next = locks
         .lock(name)
+        .fencing(true)
         .wait(RESUME_LIMIT)
         .acquire()
         .await
         .expect("operations resume after the promotion");
     assert!(
-        next.fencing_token() > last,
+        next.fencing_token().expect("fencing(true)") > last,
         "a token at or below one issued before the failover: {} after {last}",
-        next.fencing_token()
+        next.fencing_token().expect("fencing(true)")
     );
     next.release().await.expect("release");
     CLUSTER.with(move |c| {

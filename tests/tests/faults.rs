@@ -61,6 +61,7 @@ async fn a_re_entry_does_not_queue_behind_tasks_waiting_for_its_own_hold() {
         let ttl = Duration::from_secs(60);
         let outer = request(&locks, mode, &name)
             .ttl(ttl)
+            .fencing(true)
             .acquire()
             .await
             .expect("free");
@@ -85,12 +86,14 @@ async fn a_re_entry_does_not_queue_behind_tasks_waiting_for_its_own_hold() {
             request(&locks, mode, &name)
                 .ttl(ttl)
                 .wait(Duration::from_secs(3600))
+                .fencing(true)
                 .acquire(),
         )
         .await
         .unwrap_or_else(|_| panic!("{mode}: the re-entry queued behind a waiter for its own hold"))
         .expect("re-entry");
         assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert!(inner.fencing_token().is_some());
         inner.release().await.expect("release inner");
         outer.release().await.expect("release outer");
         tokio::time::timeout(EVENT_LIMIT, waiter)
@@ -420,6 +423,74 @@ async fn a_release_cancelled_or_failed_while_the_connection_is_down_still_frees_
     }
 }
 
+/// Calls of `cmd` the server counted (`INFO commandstats`).
+async fn command_calls(raw: &MultiplexedConnection, cmd: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw.clone())
+        .await
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The reply of an acquisition's first attempt is lost (the proxy drops it and resets the
+/// connection): the retry finds the lock holding its own value and takes it as its own,
+/// instead of waiting on itself until its ttl ran out. Without fencing the attempt is the
+/// plain `SET .. NX PX .. GET`, whose reply names the holder; the acquire script settles that
+/// case (making the lease last at least the ttl). With fencing, the script's retry flag does.
+#[tokio::test]
+async fn a_lost_acquire_reply_is_recognised_by_the_retry_with_and_without_fencing() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start_for(&server);
+    let locks = Client::connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    let raw = server.async_connection().await;
+    let ttl = Duration::from_secs(30);
+    for fencing in [false, true] {
+        let name = format!("lost-reply-{fencing}");
+        // The acquire script loaded beforehand, so its one call below is counted once.
+        let warm = locks.lock("warm").fencing(true).try_acquire().await;
+        warm.expect("free").release().await.expect("release");
+        let scripts = command_calls(&raw, "evalsha").await;
+        proxy.drop_next_reply();
+        let g = tokio::time::timeout(
+            EVENT_LIMIT,
+            locks
+                .lock(&name)
+                .ttl(ttl)
+                .wait(Duration::from_secs(3600))
+                .fencing(fencing)
+                .acquire(),
+        )
+        .await
+        .expect("the retry waited on its own hold")
+        .expect("acquired by the retry");
+        assert_eq!(proxy.replies_dropped(), 1 + u64::from(fencing));
+        assert!(g.is_held());
+        assert_eq!(g.fencing_token().is_some(), fencing);
+        assert_eq!(
+            command_calls(&raw, "evalsha").await - scripts,
+            1 + u64::from(fencing),
+            "plain: one script, the follow-up; fenced: the lost attempt and the retry"
+        );
+        assert!(
+            pttl(&raw, &name).await > (ttl - Duration::from_secs(5)).as_millis() as i64,
+            "the lease lasts the ttl"
+        );
+        // The hold is the caller's: released by its guard, and nobody else got in.
+        let busy = as_other_owner(locks.lock(&name).try_acquire()).await;
+        assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+        g.release().await.expect("release");
+        assert!(!exists(&raw, &name).await);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_quorum_acquire_is_given_back_on_every_node() {
     let mut nodes = RedisServers::start(5);
@@ -743,7 +814,7 @@ async fn a_frozen_node_does_not_swallow_the_release_a_quorum_waiter_listens_for(
             .wait(Duration::from_secs(120))
             .acquire()
             .await
-            .map(|g| g.fencing_token())
+            .map(|g| g.is_held())
     });
     // The waiter listens on node 0 (the node it preferred before this fix)...
     let first = nodes[0].async_connection().await;
@@ -752,12 +823,12 @@ async fn a_frozen_node_does_not_swallow_the_release_a_quorum_waiter_listens_for(
     // ...which freezes before the holder releases.
     nodes[0].pause();
     holder.release().await.expect("a majority released");
-    let token = tokio::time::timeout(EVENT_LIMIT, waiter)
+    let held = tokio::time::timeout(EVENT_LIMIT, waiter)
         .await
         .expect("the waiter heard the release from another node")
         .expect("task")
         .expect("acquired");
-    assert!(token > 0);
+    assert!(held, "the waiter holds the lock");
     nodes[0].resume();
 }
 
@@ -772,8 +843,9 @@ async fn tokens_keep_increasing_across_a_restart_without_persistence() {
         let name = format!("fence-{mode}");
         let mut last = 0;
         for round in 0..2 {
-            let g = request(&locks, mode, &name).acquire().await.expect("free");
-            let token = g.fencing_token();
+            let g = request(&locks, mode, &name).fencing(true).acquire().await;
+            let g = g.expect("free");
+            let token = g.fencing_token().expect("fencing(true)");
             assert!(
                 token > last,
                 "{mode} round {round}: token {token} after {last}"
@@ -785,13 +857,14 @@ async fn tokens_keep_increasing_across_a_restart_without_persistence() {
         server.restart();
         let g = request(&locks, mode, &name)
             .wait(EVENT_LIMIT)
+            .fencing(true)
             .acquire()
             .await
             .expect("the client reconnects");
+        let token = g.fencing_token().expect("fencing(true)");
         assert!(
-            g.fencing_token() > last,
-            "{mode}: token {} after the restart, {last} before",
-            g.fencing_token()
+            token > last,
+            "{mode}: token {token} after the restart, {last} before"
         );
         g.release().await.expect("release");
     }

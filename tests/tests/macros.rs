@@ -79,11 +79,18 @@ impl Drop for DropFlag {
 
 /// One critical section, checked by the observer's occupancy probe, its non-atomic counter and
 /// its fence (the fencing token comes from `distlock::lease()`).
-#[distributed_lock(key = "mutex:<name>", client = locks, ttl = "5s", wait = "30s")]
+#[distributed_lock(
+    key = "mutex:<name>",
+    client = locks,
+    ttl = "5s",
+    wait = "30s",
+    fencing = true
+)]
 async fn section(locks: &Client, name: &str, observer: &Observer) -> Result<u64, AppError> {
     let fence = distlock::lease()
         .expect("inside a locked fn")
-        .fencing_token();
+        .fencing_token()
+        .expect("fencing = true");
     observer.enter().await;
     assert!(observer.fence(fence).await, "fencing token went backwards");
     observer.bump(Duration::from_micros(200)).await;
@@ -385,13 +392,16 @@ async fn fixed_lease_and_max_hold_end_the_hold_on_time() {
 // ---------------------------------------------------------------------------------------------
 // Nesting in one task.
 
-#[distributed_lock(key = "job:<id>", client = locks, mode = "reentrant")]
+#[distributed_lock(key = "job:<id>", client = locks, mode = "reentrant", fencing = true)]
 async fn reentrant_outer(
     locks: &Client,
     id: u32,
     conn: &redis::aio::MultiplexedConnection,
 ) -> Result<u64, AppError> {
-    let outer = distlock::lease().expect("outer").fencing_token();
+    let outer = distlock::lease()
+        .expect("outer")
+        .fencing_token()
+        .expect("fencing = true");
     let inner = reentrant_inner(locks, id).await?;
     assert_eq!(outer, inner, "re-entry keeps the tenure's fencing token");
     // The inner release only took one level off the count.
@@ -406,9 +416,16 @@ async fn reentrant_outer(
     Ok(outer)
 }
 
-#[distributed_lock(key = "job:<id>", client = locks, mode = "reentrant", wait = "0s")]
+#[distributed_lock(
+    key = "job:<id>",
+    client = locks,
+    mode = "reentrant",
+    wait = "0s",
+    fencing = true
+)]
 async fn reentrant_inner(locks: &Client, id: u32) -> Result<u64, AppError> {
-    Ok(distlock::lease().expect("inner").fencing_token())
+    let lease = distlock::lease().expect("inner");
+    Ok(lease.fencing_token().expect("fencing = true"))
 }
 
 #[distributed_lock(key = "tree:<id>", client = locks, mode = "reentrant", wait = "0s")]
@@ -949,14 +966,41 @@ async fn lease_is_only_there_inside_a_locked_fn_and_ends_with_it() {
         .await
         .expect("lost() of an ended hold resolves");
     let next = keep_lease(&locks).await.expect("call");
-    assert!(next.fencing_token() > kept.fencing_token());
+    assert!(next.fencing_token().expect("fencing = true") > kept.fencing_token().unwrap());
 }
 
-#[distributed_lock(key = "keep", client = locks)]
+#[distributed_lock(key = "keep", client = locks, fencing = true)]
 async fn keep_lease(locks: &Client) -> Result<distlock::Lease, AppError> {
     let lease = distlock::lease().expect("inside");
     assert!(lease.is_held());
     Ok(lease)
+}
+
+/// Without `fencing = true` the body's lease has no token and no counter is written; with it,
+/// the same lock's next call has one.
+#[tokio::test]
+async fn fencing_is_off_unless_the_attribute_asks() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let conn = server.async_connection().await;
+    let unfenced = unfenced_lease(&locks).await.expect("call");
+    assert_eq!(unfenced.fencing_token(), None);
+    let counter: bool = redis::cmd("EXISTS")
+        .arg(format!("{}:fence", lock_key("keep")))
+        .query_async(&mut conn.clone())
+        .await
+        .expect("EXISTS");
+    assert!(
+        !counter,
+        "a fencing counter was written without fencing = true"
+    );
+    let fenced = keep_lease(&locks).await.expect("call");
+    assert!(fenced.fencing_token().is_some());
+}
+
+#[distributed_lock(key = "keep", client = locks)]
+async fn unfenced_lease(locks: &Client) -> Result<distlock::Lease, AppError> {
+    Ok(distlock::lease().expect("inside"))
 }
 
 #[distributed_lock(key = "counter:<id>", client = locks, wait = "10s")]

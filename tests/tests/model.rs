@@ -647,7 +647,9 @@ impl Sut {
             Mode::Write | Mode::ReadWrite => client.write(&name),
         }
         .ttl(ttl)
-        .watchdog(!short);
+        .watchdog(!short)
+        // The model tells tenures apart by their tokens.
+        .fencing(true);
         let result = self.run(owner, fault, request.try_acquire());
         let after = Instant::now();
         let outcome = match &result {
@@ -658,7 +660,7 @@ impl Sut {
             "#{id} owner {owner} acquire {kind:?} of m{lock}{} [{fault:?}] -> {}",
             if short { " short" } else { "" },
             match &result {
-                Ok(g) => format!("Ok(fence {})", g.fencing_token()),
+                Ok(g) => format!("Ok(fence {:?})", g.fencing_token()),
                 Err(e) => format!("{e}"),
             }
         ));
@@ -669,7 +671,9 @@ impl Sut {
         }
         match result {
             Ok(guard) => {
-                let fence = guard.fencing_token();
+                let Some(fence) = guard.fencing_token() else {
+                    self.fail("no fencing token, though fencing(true) asked for one");
+                };
                 let max = self.max_fence[lock];
                 if kind == Kind::Read {
                     // Readers get the latest write tenure's token.

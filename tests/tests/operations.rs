@@ -235,6 +235,7 @@ async fn a_contended_acquire_is_traced_and_measured_by_template_not_by_name() {
     let holder = locks
         .lock("order:7")
         .label("traced-order:<id>")
+        .fencing(true)
         .acquire()
         .await
         .expect("free");
@@ -475,13 +476,15 @@ async fn inspection_reports_the_holder_of_every_exclusive_mode() {
     let g = locks
         .lock("i-setnx")
         .ttl(Duration::from_secs(20))
+        .fencing(true)
         .acquire()
         .await
         .expect("free");
     let info = locks.inspect("i-setnx").await.expect("inspect");
     assert_eq!(info.mode, Some(LockMode::SetNx));
     assert_eq!(info.hold_count, 1);
-    assert_eq!(info.fencing_token, Some(g.fencing_token()));
+    assert_eq!(info.fencing_token, g.fencing_token());
+    assert!(info.fencing_token.is_some());
     assert!(info.remaining.unwrap() <= Duration::from_secs(20));
     let h = info.holder.expect("holder");
     assert_eq!(h.pid, Some(std::process::id()));
@@ -498,15 +501,23 @@ async fn inspection_reports_the_holder_of_every_exclusive_mode() {
     g.release().await.expect("release");
     let after = locks.inspect("i-setnx").await.expect("inspect");
     assert!(!after.is_held());
-    assert_eq!(after.last_fencing_token, Some(token));
+    assert_eq!(after.last_fencing_token, token);
 
     // reentrant, entered twice
     let outer = locks.reentrant("i-re").acquire().await.expect("free");
-    let inner = locks.reentrant("i-re").acquire().await.expect("re-entry");
+    let info = locks.inspect("i-re").await.expect("inspect");
+    assert_eq!(info.fencing_token, None, "taken without fencing");
+    let inner = locks
+        .reentrant("i-re")
+        .fencing(true)
+        .acquire()
+        .await
+        .expect("re-entry");
     let info = locks.inspect("i-re").await.expect("inspect");
     assert_eq!(info.mode, Some(LockMode::Reentrant));
     assert_eq!(info.hold_count, 2);
-    assert_eq!(info.fencing_token, Some(outer.fencing_token()));
+    assert_eq!(info.fencing_token, inner.fencing_token());
+    assert!(info.fencing_token.is_some(), "minted by the re-entry");
     let h = info.holder.expect("holder");
     assert_eq!(h.pid, Some(std::process::id()));
     assert!(recent(h.acquired_at));
@@ -516,10 +527,16 @@ async fn inspection_reports_the_holder_of_every_exclusive_mode() {
     assert!(!locks.inspect("i-re").await.unwrap().is_held());
 
     // write
-    let w = locks.write("i-rw").acquire().await.expect("free");
+    let w = locks
+        .write("i-rw")
+        .fencing(true)
+        .acquire()
+        .await
+        .expect("free");
     let info = locks.inspect("i-rw").await.expect("inspect");
     assert_eq!(info.mode, Some(LockMode::Write));
-    assert_eq!(info.fencing_token, Some(w.fencing_token()));
+    assert_eq!(info.fencing_token, w.fencing_token());
+    assert!(info.fencing_token.is_some());
     assert_eq!(
         info.holder.as_ref().and_then(|h| h.pid),
         Some(std::process::id())

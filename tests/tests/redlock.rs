@@ -69,7 +69,13 @@ async fn leftovers(nodes: &RedisServers, name: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_across_processes_keeps_exclusion_and_fencing() {
     let nodes = RedisServers::start(5);
-    contend_across_processes("setnx", &nodes.urls().join(","), 600).await;
+    contend_across_processes("setnx+fenced", &nodes.urls().join(","), 600).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_across_processes_without_fencing_keeps_exclusion() {
+    let nodes = RedisServers::start(5);
+    contend_across_processes("setnx", &nodes.urls().join(","), 300).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,11 +89,13 @@ async fn two_dead_nodes_of_five_are_tolerated() {
         let g = locks
             .lock("survive")
             .wait(Duration::from_secs(5))
+            .fencing(true)
             .acquire()
             .await
             .expect("3 of 5 suffice");
-        assert!(g.fencing_token() > last);
-        last = g.fencing_token();
+        let token = g.fencing_token().expect("fencing(true)");
+        assert!(token > last);
+        last = token;
         g.release().await.expect("release on the majority");
     }
 }
@@ -249,10 +257,11 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
     nodes[4].pause();
     let first = locks
         .lock("drift")
+        .fencing(true)
         .try_acquire()
         .await
         .expect("majority 0, 1, 2");
-    let t1 = first.fencing_token();
+    let t1 = first.fencing_token().expect("fencing(true)");
     assert_eq!(t1, AHEAD + 1, "the maximum over the majority");
     first.release().await.expect("release");
     nodes[3].resume();
@@ -262,14 +271,12 @@ async fn tokens_increase_across_majorities_whose_counters_drifted() {
     let second = locks
         .lock("drift")
         .wait(Duration::from_secs(5))
+        .fencing(true)
         .acquire()
         .await
         .expect("majority 2, 3, 4");
-    assert!(
-        second.fencing_token() > t1,
-        "{} after {t1}",
-        second.fencing_token()
-    );
+    let t2 = second.fencing_token().expect("fencing(true)");
+    assert!(t2 > t1, "{t2} after {t1}");
     second.release().await.expect("release");
     nodes[0].resume();
     nodes[1].resume();

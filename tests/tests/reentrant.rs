@@ -34,6 +34,7 @@ async fn reentry_depth_1_to_16_balances_and_the_key_is_gone_after_the_last_relea
             guards.push(
                 locks
                     .reentrant("nest")
+                    .fencing(true)
                     .try_acquire()
                     .await
                     .expect("re-entry"),
@@ -44,9 +45,9 @@ async fn reentry_depth_1_to_16_balances_and_the_key_is_gone_after_the_last_relea
             vec![depth],
             "one owner holding {depth} levels"
         );
-        let token = guards[0].fencing_token();
+        let token = guards[0].fencing_token().expect("fencing(true)");
         assert!(
-            guards.iter().all(|g| g.fencing_token() == token),
+            guards.iter().all(|g| g.fencing_token() == Some(token)),
             "re-entry keeps the token"
         );
         assert!(token > last_token, "a new tenure gets a larger token");
@@ -157,7 +158,12 @@ async fn two_tasks_on_one_thread_exclude_each_other() {
 async fn a_spawned_task_is_a_new_owner_unless_the_context_is_passed_on() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let outer = locks.reentrant("ctx").try_acquire().await.expect("free");
+    let outer = locks
+        .reentrant("ctx")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
     let spawned = {
         let locks = locks.clone();
         tokio::spawn(async move { locks.reentrant("ctx").try_acquire().await.map(|_| ()) })
@@ -168,7 +174,7 @@ async fn a_spawned_task_is_a_new_owner_unless_the_context_is_passed_on() {
     let carried = {
         let locks = locks.clone();
         tokio::spawn(me.scope(async move {
-            let inner = locks.reentrant("ctx").try_acquire().await?;
+            let inner = locks.reentrant("ctx").fencing(true).try_acquire().await?;
             let token = inner.fencing_token();
             inner.release().await.map(|()| token)
         }))
@@ -178,7 +184,58 @@ async fn a_spawned_task_is_a_new_owner_unless_the_context_is_passed_on() {
         .expect("task")
         .expect("re-entered through the context");
     assert_eq!(token, outer.fencing_token());
+    assert!(token.is_some());
     outer.release().await.expect("release");
+}
+
+/// Without fencing a reentrant hold has no token and writes no counter; a re-entry that asks
+/// for one mints the tenure's token then, which every later re-entry that asks keeps, and the
+/// next tenure's is larger.
+#[tokio::test]
+async fn fencing_is_minted_only_when_asked_even_inside_a_tenure() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let raw = server.async_connection().await;
+    let counter = format!("{}:fence", lock_key("lazy"));
+    let outer = locks.reentrant("lazy").try_acquire().await.expect("free");
+    assert_eq!(outer.fencing_token(), None);
+    let exists: bool = raw.clone().exists(&counter).await.expect("EXISTS");
+    assert!(!exists, "a counter was written without fencing");
+    let fenced = locks
+        .reentrant("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    let token = fenced.fencing_token().expect("fencing(true)");
+    let again = locks
+        .reentrant("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    assert_eq!(
+        again.fencing_token(),
+        Some(token),
+        "the tenure keeps its token"
+    );
+    let plain = locks
+        .reentrant("lazy")
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    assert_eq!(plain.fencing_token(), None, "not asked, not given");
+    for g in [plain, again, fenced, outer] {
+        g.release().await.expect("release");
+    }
+    let next = locks
+        .reentrant("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    assert!(next.fencing_token().expect("fencing(true)") > token);
+    next.release().await.expect("release");
 }
 
 /// Tokens strictly increase across holders in two processes (checked by a fenced resource
@@ -186,7 +243,14 @@ async fn a_spawned_task_is_a_new_owner_unless_the_context_is_passed_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_across_holders_and_processes() {
     let server = RedisServer::start();
-    contend_across_processes("reentrant", &server.url(), 1_000).await;
+    contend_across_processes("reentrant+fenced", &server.url(), 1_000).await;
+}
+
+/// The same without fencing tokens: the script skips the counter, and the lock excludes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfenced_holders_across_processes_exclude() {
+    let server = RedisServer::start();
+    contend_across_processes("reentrant", &server.url(), 500).await;
 }
 
 #[tokio::test]

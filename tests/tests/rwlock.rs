@@ -464,9 +464,15 @@ async fn a_writer_downgrades_by_taking_the_read_lock_then_releasing_the_write_lo
     let server = RedisServer::start();
     let locks = client(&server).await;
     let raw = server.async_connection().await;
-    let w = locks.write("down").try_acquire().await.expect("free");
+    let w = locks
+        .write("down")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
     let r = locks
         .read("down")
+        .fencing(true)
         .try_acquire()
         .await
         .expect("the writer may read");
@@ -549,10 +555,11 @@ async fn read_and_write_re_enter_per_task_and_fencing_counts_writes_only() {
     for _ in 0..3 {
         let mut writes = Vec::new();
         for _ in 0..3 {
-            writes.push(locks.write("nest").try_acquire().await.expect("re-entry"));
+            let write = locks.write("nest").fencing(true).try_acquire().await;
+            writes.push(write.expect("re-entry"));
         }
-        let token = writes[0].fencing_token();
-        assert!(writes.iter().all(|g| g.fencing_token() == token));
+        let token = writes[0].fencing_token().expect("fencing(true)");
+        assert!(writes.iter().all(|g| g.fencing_token() == Some(token)));
         assert!(token > last_write, "each write tenure draws a larger token");
         last_write = token;
         assert_eq!(number(&fields(&raw, "nest").await, "writer-count"), 3);
@@ -561,10 +568,11 @@ async fn read_and_write_re_enter_per_task_and_fencing_counts_writes_only() {
         }
         let mut reads = Vec::new();
         for _ in 0..3 {
-            reads.push(locks.read("nest").try_acquire().await.expect("re-entry"));
+            let read = locks.read("nest").fencing(true).try_acquire().await;
+            reads.push(read.expect("re-entry"));
         }
         assert!(
-            reads.iter().all(|g| g.fencing_token() == last_write),
+            reads.iter().all(|g| g.fencing_token() == Some(last_write)),
             "reads return the counter without drawing"
         );
         let field = read_field(&raw, "nest").await;
@@ -575,6 +583,63 @@ async fn read_and_write_re_enter_per_task_and_fencing_counts_writes_only() {
         let exists: bool = raw.clone().exists(lock_key("nest")).await.expect("EXISTS");
         assert!(!exists, "balanced releases delete the lock");
     }
+}
+
+/// Without fencing neither side reads or writes the counter and neither gets a token; a write
+/// re-entry that asks mints the tenure's token then, and a read that asks gets the latest
+/// fenced write's token.
+#[tokio::test]
+async fn fencing_only_when_asked_on_both_sides() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let raw = server.async_connection().await;
+    let counter = format!("{}:fence", lock_key("lazy"));
+    let w = locks.write("lazy").try_acquire().await.expect("free");
+    assert_eq!(w.fencing_token(), None);
+    let r = locks.read("lazy").try_acquire().await.expect("downgrade");
+    assert_eq!(r.fencing_token(), None);
+    let exists: bool = raw.clone().exists(&counter).await.expect("EXISTS");
+    assert!(!exists, "a counter was written without fencing");
+    let fenced = locks
+        .write("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    let token = fenced.fencing_token().expect("fencing(true)");
+    let again = locks
+        .write("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("re-entry");
+    assert_eq!(
+        again.fencing_token(),
+        Some(token),
+        "the tenure keeps its token"
+    );
+    let read = locks
+        .read("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("the writer may read");
+    assert_eq!(
+        read.fencing_token(),
+        Some(token),
+        "the latest fenced write's"
+    );
+    for g in [read, again, fenced, r, w] {
+        g.release().await.expect("release");
+    }
+    let next = locks
+        .write("lazy")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    assert!(next.fencing_token().expect("fencing(true)") > token);
+    next.release().await.expect("release");
 }
 
 #[tokio::test]
@@ -673,8 +738,10 @@ async fn user_data_at_a_lock_key_is_reported_and_left_untouched() {
     // The fencing counter holding the application's data: nothing is written.
     let fence = format!("{}:fence", lock_key("f"));
     let _: () = raw.set(&fence, "mine").await.expect("SET");
-    check(locks.write("f").try_acquire().await.unwrap_err(), "fence");
-    check(locks.read("f").try_acquire().await.unwrap_err(), "fence");
+    let fenced_write = locks.write("f").fencing(true).try_acquire().await;
+    check(fenced_write.unwrap_err(), "fence");
+    let fenced_read = locks.read("f").fencing(true).try_acquire().await;
+    check(fenced_read.unwrap_err(), "fence");
     let exists: bool = raw.exists(lock_key("f")).await.expect("EXISTS");
     assert!(!exists, "no hold was written");
     let value: String = raw.get(&fence).await.expect("GET");

@@ -35,7 +35,8 @@ async fn every_mode_excludes_across_processes_through_sentinel() {
     let observer_server = RedisServer::start();
     let (urls, master) = sentinels();
     let url = format!("sentinel:{master}@{}", urls.join(","));
-    for kind in ["setnx", "reentrant", "write"] {
+    // The plain setnx acquire, and the fencing scripts (whose tokens the observers check).
+    for kind in ["setnx", "reentrant+fenced", "write+fenced"] {
         let prefix = format!("s-{kind}");
         let sections = run_contenders(
             2,
@@ -77,10 +78,11 @@ async fn clients_follow_a_failover_and_keep_exclusion() {
     let guard = holder
         .lock(name)
         .ttl(Duration::from_secs(15))
+        .fencing(true)
         .try_acquire()
         .await
         .expect("free");
-    let before = guard.fencing_token();
+    let before = guard.fencing_token().expect("fencing(true)");
     let old = SENTINEL.with(|s| s.master().expect("a master"));
     let killed = Instant::now();
     SENTINEL.with(move |s| s.server_mut(old).kill());
@@ -121,10 +123,12 @@ async fn clients_follow_a_failover_and_keep_exclusion() {
     let next = other
         .lock(name)
         .wait(RESUME_LIMIT)
+        .fencing(true)
         .acquire()
         .await
         .expect("the next owner gets it");
-    assert!(next.fencing_token() > before, "tokens never go backwards");
+    let after = next.fencing_token().expect("fencing(true)");
+    assert!(after > before, "tokens never go backwards");
     next.release().await.expect("release");
     // The old master returns as a replica: the clients keep writing to the new master only.
     SENTINEL.with(move |s| {

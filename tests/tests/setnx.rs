@@ -86,12 +86,68 @@ async fn fencing_tokens_increase_with_every_acquisition() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let mut last = 0;
-    for _ in 0..5 {
-        let g = locks.lock("fenced").try_acquire().await.expect("free");
-        assert!(g.fencing_token() > last);
-        last = g.fencing_token();
+    for i in 0..6 {
+        // Acquisitions without a token in between leave the order of the tokens alone.
+        if i % 2 == 1 {
+            let plain = locks.lock("fenced").try_acquire().await.expect("free");
+            assert_eq!(plain.fencing_token(), None);
+            plain.release().await.expect("release");
+        }
+        let g = locks
+            .lock("fenced")
+            .fencing(true)
+            .try_acquire()
+            .await
+            .expect("free");
+        let token = g.fencing_token().expect("fencing(true)");
+        assert!(token > last, "{token} after {last}");
+        last = token;
         g.release().await.expect("release");
     }
+}
+
+/// Without fencing (the default) a setnx lock is one plain `SET .. NX PX .. GET`: no token,
+/// no fencing counter written, and no script run to take it.
+#[tokio::test]
+async fn no_fencing_by_default_no_counter_no_script() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut raw = server.async_connection().await;
+    // Loads the release script, so that the counts below see no `NOSCRIPT` round.
+    let warm = locks.lock("warm").try_acquire().await.expect("free");
+    warm.release().await.expect("release");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .expect("CONFIG RESETSTAT");
+    for _ in 0..3 {
+        let g = locks.lock("plain").try_acquire().await.expect("free");
+        assert_eq!(g.fencing_token(), None);
+        g.release().await.expect("release");
+    }
+    let counter: bool = raw
+        .exists(format!("{}:fence", lock_key("plain")))
+        .await
+        .expect("EXISTS");
+    assert!(!counter, "a fencing counter was written without fencing");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO");
+    let calls = |cmd: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(calls("set"), 3, "{stats}");
+    assert_eq!(calls("incr"), 0, "{stats}");
+    // Only the three releases ran a script.
+    assert_eq!(calls("evalsha") + calls("eval"), 3, "{stats}");
 }
 
 #[tokio::test]
@@ -205,11 +261,20 @@ async fn dropping_a_guard_releases_the_lock() {
 }
 
 /// At least 2 processes x 4 tasks contend on one key; every critical section is checked by an
-/// occupancy probe and a non-atomic counter on a separate observer server.
+/// occupancy probe and a non-atomic counter on a separate observer server. Without fencing
+/// (the default): every acquisition is the plain `SET .. NX PX .. GET`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_processes() {
     let server = RedisServer::start();
     contend_across_processes("setnx", &server.url(), 2_000).await;
+}
+
+/// The same with fencing tokens (the acquire script): the observer's fence also checks that
+/// every token is larger than the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_and_fencing_across_processes() {
+    let server = RedisServer::start();
+    contend_across_processes("setnx+fenced", &server.url(), 1_000).await;
 }
 
 /// The probe itself can fail: without a lock, overlapping sections are seen and counted.

@@ -81,14 +81,20 @@ async fn every_mode_acquires_and_releases_over_tls() {
 
     // setnx, with a waiter woken by the release: the wake-up arrives as a RESP3 push frame
     // on the TLS connection.
-    let held = locks.lock("tls-setnx").try_acquire().await.expect("setnx");
-    let first = held.fencing_token();
+    let held = locks
+        .lock("tls-setnx")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("setnx");
+    let first = held.fencing_token().expect("fencing(true)");
     let waiter = {
         let locks = locks.clone();
         tokio::spawn(async move {
             locks
                 .lock("tls-setnx")
                 .wait(Duration::from_secs(30))
+                .fencing(true)
                 .acquire()
                 .await
         })
@@ -96,17 +102,19 @@ async fn every_mode_acquires_and_releases_over_tls() {
     tokio::task::yield_now().await;
     held.release().await.expect("setnx release");
     let next = waiter.await.expect("task").expect("the waiter gets it");
-    assert!(next.fencing_token() > first);
+    assert!(next.fencing_token().expect("fencing(true)") > first);
     next.release().await.expect("setnx release");
 
     // reentrant, with a re-entry that keeps the token, and an extension.
     let mut outer = locks
         .reentrant("tls-re")
+        .fencing(true)
         .try_acquire()
         .await
         .expect("reentrant");
     let inner = locks
         .reentrant("tls-re")
+        .fencing(true)
         .try_acquire()
         .await
         .expect("re-entry");
@@ -119,7 +127,12 @@ async fn every_mode_acquires_and_releases_over_tls() {
     outer.release().await.expect("outer release");
 
     // read/write: two readers share, a writer waits for both, then takes a larger token.
-    let reader = locks.read("tls-rw").try_acquire().await.expect("read");
+    let reader = locks
+        .read("tls-rw")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("read");
     let other_reader = as_other_owner(locks.read("tls-rw").try_acquire())
         .await
         .expect("a second reader shares");
@@ -130,6 +143,7 @@ async fn every_mode_acquires_and_releases_over_tls() {
             locks
                 .write("tls-rw")
                 .wait(Duration::from_secs(30))
+                .fencing(true)
                 .acquire()
                 .await
         }))

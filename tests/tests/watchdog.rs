@@ -108,6 +108,7 @@ async fn a_paused_server_is_reported_lost_by_the_local_deadline_and_the_next_tok
     let g = locks
         .lock("paused")
         .ttl(Duration::from_millis(600))
+        .fencing(true)
         .try_acquire()
         .await
         .expect("free");
@@ -127,10 +128,17 @@ async fn a_paused_server_is_reported_lost_by_the_local_deadline_and_the_next_tok
         "past the local deadline the guard never claims the lock"
     );
     server.resume();
-    let next = as_other_owner(locks.lock("paused").wait(Duration::from_secs(10)).acquire())
-        .await
-        .expect("the lock frees after the lapsed lease");
+    let next = as_other_owner(
+        locks
+            .lock("paused")
+            .wait(Duration::from_secs(10))
+            .fencing(true)
+            .acquire(),
+    )
+    .await
+    .expect("the lock frees after the lapsed lease");
     assert!(next.fencing_token() > g.fencing_token());
+    assert!(g.fencing_token().is_some());
     let err = g.release().await.unwrap_err();
     assert!(matches!(err, Error::NotOwner { .. }), "{err}");
     next.release().await.expect("release");

@@ -114,7 +114,9 @@ pub struct LockInfo {
     pub readers: Vec<Reader>,
     /// Writers waiting for a read/write lock (they keep new readers out).
     pub waiting_writers: Vec<String>,
-    /// The current holder's fencing token (read holds: the last writer's).
+    /// The current holder's fencing token, when it took the lock with fencing (read holds:
+    /// the last fenced writer's). For a setnx lock, whose value has no room for it, this is
+    /// the last token issued for the name: the holder's if it asked for one.
     pub fencing_token: Option<u64>,
     /// The last token issued for this name (held or not).
     pub last_fencing_token: Option<u64>,

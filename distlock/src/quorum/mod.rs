@@ -17,7 +17,8 @@
 //!   shorter, or its `run_id` changed while this client watched) casts no vote until the
 //!   delay has passed (see [`node`]).
 //!
-//! Fencing tokens: each node keeps its own counter; the acquisition's token is the maximum
+//! Fencing tokens (only when asked for: [`LockRequest::fencing`](crate::LockRequest::fencing)):
+//! each node keeps its own counter; the acquisition's token is the maximum
 //! over the granting majority, and the majority's counters are then raised to it. Any later
 //! majority shares a node with this one, so its token is larger, **provided no node loses its
 //! data** (a restart without persistence resets that node's counter; the restart guard keeps
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::algorithm::{Algorithm, Attempt, HoldId};
+use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
 use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
@@ -122,25 +123,22 @@ impl Nodes {
         key: &LockKey,
         id: &HoldId,
         ttl_ms: u64,
-        unsure: bool,
-        want_holder_ttl: bool,
+        ask: Ask,
         replicas: Option<Replicas>,
     ) -> Result<Attempt, Error> {
         if let Some(mut conn) = self.single() {
             if let Some(replicas) = replicas {
-                let cmd = algorithm.acquire_cmd(key, id, ttl_ms, unsure, want_holder_ttl);
+                let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
                 return algorithm
-                    .try_acquire_acked(&mut conn, key, &cmd, replicas)
+                    .try_acquire_acked(&mut conn, &call, replicas)
                     .await;
             }
-            return algorithm
-                .try_acquire(&mut conn, key, id, ttl_ms, unsure, want_holder_ttl)
-                .await;
+            return algorithm.try_acquire(&mut conn, key, id, ttl_ms, ask).await;
         }
         // One command for all nodes.
-        let cmd = &algorithm.acquire_cmd(key, id, ttl_ms, unsure, true);
+        let call = &algorithm.acquire_cmd(key, id, ttl_ms, ask);
         let mut answers = self.fan_out(false, |mut conn| async move {
-            algorithm.send_acquire(&mut conn, key, cmd).await
+            algorithm.send_acquire(&mut conn, call).await
         });
         let (mut granted, mut busy, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         let mut answered = 0;
@@ -159,9 +157,12 @@ impl Nodes {
             }
         }
         drop(answers);
+        if granted.len() >= self.quorum && !ask.fencing {
+            return Ok(Attempt::Acquired { fence: None });
+        }
         if granted.len() >= self.quorum {
             match self.raise_fences(key, &granted).await {
-                Ok(fence) => return Ok(Attempt::Acquired { fence }),
+                Ok(fence) => return Ok(Attempt::Acquired { fence: Some(fence) }),
                 Err(e) => errors.push(e),
             }
         }
@@ -195,12 +196,12 @@ impl Nodes {
     async fn raise_fences(
         &self,
         key: &LockKey,
-        granted: &[(usize, u64)],
+        granted: &[(usize, Option<u64>)],
     ) -> Result<u64, NodeError> {
-        let token = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
+        let token = granted.iter().filter_map(|&(_, f)| f).max().unwrap_or(0);
         let behind: Vec<usize> = granted
             .iter()
-            .filter(|&&(_, f)| f < token)
+            .filter(|&&(_, f)| f.is_none_or(|f| f < token))
             .map(|&(i, _)| i)
             .collect();
         if behind.is_empty() {

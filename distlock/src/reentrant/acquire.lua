@@ -1,6 +1,6 @@
 -- Take or re-enter the lock. One hash per lock:
 --   owner      the holding owner (client id : context)
---   fence      the fencing token of the current tenure
+--   fence      the fencing token of the current tenure ('' when none was asked for)
 --   h:<nonce>  one field per live acquisition of the owner (its re-entry depth is their count);
 --              the value says who took it (host, pid, call site, time), for inspection
 -- A field per acquisition, not a counter, makes every call idempotent: a retried acquire finds
@@ -8,14 +8,33 @@
 -- nothing, and a guard left from an earlier tenure cannot release the owner's new hold.
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
 -- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce, ARGV[6] who
--- takes it (stored for inspection, never compared); ARGV[3]
+-- takes it (stored for inspection, never compared), ARGV[7] '1' to mint a fencing token (a
+-- tenure taken without one mints it at the first re-entry that asks); ARGV[3]
 -- (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes retries safe and
 -- the busy answer costs nothing extra
--- Returns {1, fencing token} when held, {0, holder's remaining ms} when busy,
+-- Returns {1, fencing token or -1 if not asked} when held, {0, holder's remaining ms} when busy,
 -- {-1, type} when a key holds something that is not one of our locks, {-3, mode} when the
 -- name is held as a lock of another mode.
 local owner = redis.pcall('hget', KEYS[1], 'owner')
 local ttl = tonumber(ARGV[2])
+local fencing = ARGV[7] == '1'
+-- The next fencing token, or nil and a description when the counter key holds the
+-- application's data.
+local function mint()
+  local fence = redis.pcall('incr', KEYS[2])
+  if type(fence) == 'table' then
+    return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
+  end
+  -- The fence floor (see the setnx acquire script): never below the server clock's current
+  -- millisecond in microseconds, so tokens keep growing across a lost or lagging counter.
+  local t = redis.call('time')
+  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+  if fence < floor then
+    fence = floor
+    redis.call('set', KEYS[2], string.format('%.0f', fence))
+  end
+  return fence
+end
 if type(owner) == 'table' then
   -- Not a hash: a setnx lock of the same name (a string that expires) or the application's.
   local kind = redis.call('type', KEYS[1]).ok
@@ -28,28 +47,41 @@ local left = redis.call('pttl', KEYS[1])
 if owner == ARGV[1] then
   -- Re-entry (or this acquisition retried) keeps the tenure's token, and never shortens the
   -- lease: an outer hold of the same owner may count on a longer one.
+  local fence = tonumber(redis.call('hget', KEYS[1], 'fence'))
+  if fencing and not fence then
+    -- The tenure was taken without a token and this acquisition asks for one: mint it now
+    -- (the owner holds the lock, so it orders after every earlier tenure's).
+    local bad
+    fence, bad = mint()
+    if not fence then
+      return {-1, bad}
+    end
+    redis.call('hset', KEYS[1], 'fence', fence)
+  end
   redis.call('hset', KEYS[1], 'h:' .. ARGV[5], ARGV[6])
   if left < ttl then
     redis.call('pexpire', KEYS[1], ttl)
   end
-  return {1, tonumber(redis.call('hget', KEYS[1], 'fence'))}
+  if not fencing then
+    return {1, -1}
+  end
+  return {1, fence}
 end
 if left == -2 then
-  local fence = redis.pcall('incr', KEYS[2])
-  if type(fence) == 'table' then
-    -- The counter key holds the application's data; nothing was written yet.
-    return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
-  end
-  -- The fence floor (see the setnx acquire script): never below the server clock's current
-  -- millisecond in microseconds, so tokens keep growing across a lost or lagging counter.
-  local t = redis.call('time')
-  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-  if fence < floor then
-    fence = floor
-    redis.call('set', KEYS[2], string.format('%.0f', fence))
+  local fence = ''
+  if fencing then
+    local bad
+    fence, bad = mint()
+    if not fence then
+      -- The counter key holds the application's data; nothing was written yet.
+      return {-1, bad}
+    end
   end
   redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', fence, 'h:' .. ARGV[5], ARGV[6])
   redis.call('pexpire', KEYS[1], ttl)
+  if not fencing then
+    return {1, -1}
+  end
   return {1, fence}
 end
 if left == -1 then

@@ -3,7 +3,7 @@
 //!
 //! The owner is the client id plus the current [`LockContext`](crate::LockContext) (the Tokio
 //! task, not the thread: Redisson keys owners by thread id, which async code does not have).
-//! Nested acquisitions by one task re-enter and keep the fencing token; other tasks, even on
+//! Nested acquisitions by one task re-enter and keep the fencing token (when asked for); other tasks, even on
 //! the same thread, wait. The last release deletes the hash and wakes a waiter.
 
 use std::sync::LazyLock;
@@ -15,6 +15,7 @@ pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "reentrant",
     owner: OwnerKind::Context,
     shared: false,
+    plain_acquire: false,
     quorum: false,
     acquire: crate::algorithm::Lua::new(include_str!("acquire.lua")),
     release: crate::algorithm::Lua::new(include_str!("release.lua")),

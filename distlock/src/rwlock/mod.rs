@@ -10,7 +10,7 @@
 //! | `writer`             | the write owner (client id : task)                     |
 //! | `writer-count`       | its re-entry depth                                     |
 //! | `writer-until`       | its lease end, in the **server's** milliseconds        |
-//! | `writer-fence`       | the fencing token of the write tenure                  |
+//! | `writer-fence`       | the fencing token of the write tenure (empty: none)    |
 //! | `read:<owner>`       | one reader's re-entry depth                            |
 //! | `read-until:<owner>` | that reader's own lease end (server ms)                |
 //! | `intent:<owner>`     | a waiting writer's intent, ending at this server time  |
@@ -49,11 +49,14 @@
 //!
 //! # Fencing
 //!
-//! A write acquisition increments the lock's fencing counter (same slot), so write tokens
-//! strictly increase; re-entry keeps the tenure's token. A read acquisition returns the
-//! counter's current value **without** incrementing it: readers share the lock, so their
-//! tokens are not unique; the value is the token of the latest write tenure (0 before the
-//! first), which lets a reader tell which write it is reading after.
+//! Only for acquisitions that ask ([`LockRequest::fencing`](crate::LockRequest::fencing));
+//! the others neither read nor write the counter. A fenced write acquisition increments the
+//! lock's fencing counter (same slot), so write tokens strictly increase; re-entry keeps the
+//! tenure's token, and a fenced re-entry into a tenure taken without one mints it then. A
+//! fenced read acquisition returns the counter's current value **without** incrementing it:
+//! readers share the lock, so their tokens are not unique; the value is the token of the
+//! latest fenced write tenure (0 before the first), which lets a reader tell which write it is
+//! reading after.
 //!
 //! # Re-entry, downgrade and upgrade
 //!
@@ -91,6 +94,7 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     owner: OwnerKind::Context,
     shared: true,
     quorum: false,
+    plain_acquire: false,
     acquire: script!("read_acquire.lua"),
     release: script!("read_release.lua"),
     extend: script!("extend.lua"),
@@ -102,6 +106,7 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     owner: OwnerKind::Context,
     shared: false,
     quorum: false,
+    plain_acquire: false,
     acquire: script!("write_acquire.lua"),
     release: script!("write_release.lua"),
     extend: script!("extend.lua"),

@@ -6,7 +6,7 @@
 --   mode                'read' or 'write' while someone holds the lock (absent otherwise)
 --   writer              the owner of the write hold
 --   writer-until        when its lease ends: server time, ms since the epoch
---   writer-fence        the fencing token of the write tenure
+--   writer-fence        the fencing token of the write tenure ('' when none was asked for)
 --   w:<nonce>           one field per live write acquisition (the writer's re-entry depth
 --                       is their count); the value says who took it, for inspection
 --   r:<nonce>           one field per live read acquisition; the value is its owner
@@ -21,6 +21,9 @@
 --
 -- Time is the server's own (TIME), never a client's: client clocks need not agree, and a
 -- value computed from one is what made seed 004's cluster variant unsafe.
+
+-- ARGV[7] is '1' when the acquisition asks for a fencing token (acquire scripts only).
+local FENCING = ARGV[7] == '1'
 
 -- Redis < 5 refuses writes after TIME unless effects are replicated instead of the script;
 -- later versions always do that and keep this call as a no-op.
@@ -85,8 +88,9 @@ local function load(now)
       s.writer = v
     elseif f == 'writer-until' and n then
       s.wuntil = n
-    elseif f == 'writer-fence' and n then
-      s.wfence = n
+    elseif f == 'writer-fence' then
+      -- -1: the tenure was taken without a token.
+      s.wfence = n or -1
     elseif starts(f, 'w:') then
       writes[string.sub(f, 3)] = true
     elseif starts(f, 'r:') then

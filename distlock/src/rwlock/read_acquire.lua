@@ -1,9 +1,10 @@
 -- Take or re-enter the read lock.
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
--- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce;
+-- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
+-- ARGV[7] '1' to return the fencing counter (not read otherwise);
 -- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
 -- find its own hold, and the busy answer costs nothing extra here
--- Returns {1, fencing counter} when held, {0, ms} when busy, {-1, type} when a key holds
+-- Returns {1, fencing counter or -1 if not asked} when held, {0, ms} when busy, {-1, type} when a key holds
 -- something that is not one of our locks, {-3, mode} when the name is held as a lock of
 -- another mode.
 --
@@ -20,7 +21,10 @@ local mine = s.readers[owner] ~= nil
 -- taking the read lock too (the way to downgrade): all already exclude every other writer,
 -- so waiting writers do not hold them up.
 if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) then
-  local fence, bad = current_fence()
+  local fence, bad = -1, nil
+  if FENCING then
+    fence, bad = current_fence()
+  end
   if not fence then
     if s.dirty then
       settle(s, now)

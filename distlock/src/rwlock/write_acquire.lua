@@ -2,10 +2,12 @@
 -- keeps new readers out until it got its turn (writer preference).
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
--- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared);
+-- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared),
+-- ARGV[7] '1' to mint a fencing token (a tenure taken without one mints it at the first
+-- re-entry that asks);
 -- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
 -- find its own hold
--- Returns {1, fencing token} when held, {0, ms until the next attempt at the latest} when busy,
+-- Returns {1, fencing token or -1 if not asked} when held, {0, ms until the next attempt at the latest} when busy,
 -- {-1, type} when a key holds something that is not one of our locks, {-2, 'upgrade'} when
 -- the owner holds only the read lock (refused for good: see below), {-3, mode} when the name
 -- is held as a lock of another mode.
@@ -27,7 +29,21 @@ if s.writer == owner then
     s.wuntil = now + ttl
     redis.call('hset', KEYS[1], 'writer-until', int(s.wuntil))
   end
+  if FENCING and s.wfence < 0 then
+    -- The tenure was taken without a token and this acquisition asks for one: mint it now
+    -- (the owner holds the lock, so it orders after every earlier tenure's).
+    local fence, bad = mint(now_us)
+    if not fence then
+      settle(s, now)
+      return {-1, bad}
+    end
+    s.wfence = fence
+    redis.call('hset', KEYS[1], 'writer-fence', int(fence))
+  end
   settle(s, now)
+  if not FENCING then
+    return {1, -1}
+  end
   return {1, s.wfence}
 end
 if s.readers[owner] then
@@ -39,7 +55,10 @@ if s.readers[owner] then
   return {-2, 'upgrade'}
 end
 if not s.writer and s.nreaders == 0 then
-  local fence, bad = mint(now_us)
+  local fence, bad = -1, nil
+  if FENCING then
+    fence, bad = mint(now_us)
+  end
   if not fence then
     -- The counter key holds the application's data; no hold was written.
     if s.dirty then
@@ -51,13 +70,16 @@ if not s.writer and s.nreaders == 0 then
   s.writes[nonce] = true
   s.nwrites = 1
   redis.call('hset', KEYS[1], 'writer', owner, 'writer-until', int(s.wuntil),
-    'writer-fence', int(fence), 'w:' .. nonce, holder)
+    'writer-fence', fence < 0 and '' or int(fence), 'w:' .. nonce, holder)
   if s.intents[owner] then
     redis.call('hdel', KEYS[1], 'intent:' .. owner)
     s.intents[owner] = nil
     s.nintents = s.nintents - 1
   end
   settle(s, now)
+  if not FENCING then
+    return {1, -1}
+  end
   return {1, fence}
 end
 -- Busy: (re)register the intent. It must outlive the gap until this writer's next attempt,

@@ -1,15 +1,23 @@
--- Take the lock: SET NX PX with the owner's token, and issue the next fencing token.
+-- Take the lock: SET NX PX with the owner's token, and issue the next fencing token if asked.
+-- Without fencing the client sends the plain `SET key token NX PX ttl GET` instead and runs
+-- this script only for the rare replies that need it (its own token: a lost reply; WRONGTYPE:
+-- another mode's lock or the application's data).
 -- KEYS[1] lock key, KEYS[2] fencing counter (same slot)
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds, ARGV[3] '1' when an earlier attempt of
 -- this acquisition may have succeeded without its reply reaching us, ARGV[4] '1' when the
 -- caller wants the holder's remaining ttl (a waiter that knows a recent one does not),
--- ARGV[5] the acquisition's nonce (unused: the token is already unique per acquisition)
--- Returns {1, fencing token} when held, {0, holder's remaining ms or -1 if not asked} when busy,
--- {-1, type} when a key holds something that is not one of our locks, {-3, mode} when the
--- name is held as a lock of another mode.
+-- ARGV[5] the acquisition's nonce (unused: the token is already unique per acquisition),
+-- ARGV[6] who takes it (unused: the token carries it), ARGV[7] '1' to mint a fencing token
+-- Returns {1, fencing token or -1 if not asked} when held, {0, holder's remaining ms or -1 if
+-- not asked} when busy, {-1, type} when a key holds something that is not one of our locks,
+-- {-3, mode} when the name is held as a lock of another mode.
 -- Two calls on the common paths (taken; busy and not asked): waiters retry this script, so
 -- its cost is what a contended lock costs the server.
+local fencing = ARGV[7] == '1'
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not fencing then
+    return {1, -1}
+  end
   local fence = redis.pcall('incr', KEYS[2])
   if type(fence) == 'table' then
     -- The counter key holds the application's data: undo our write, leave theirs alone.
@@ -53,6 +61,9 @@ if ttl >= 0 then
     -- made at least the ttl asked for, never shortened.
     if ttl < tonumber(ARGV[2]) then
       redis.call('pexpire', KEYS[1], ARGV[2])
+    end
+    if not fencing then
+      return {1, -1}
     end
     return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
   end

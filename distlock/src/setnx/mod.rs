@@ -13,6 +13,7 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "setnx",
     owner: OwnerKind::Token,
     shared: false,
+    plain_acquire: true,
     quorum: true,
     acquire: crate::algorithm::Lua::new(include_str!("acquire.lua")),
     release: crate::algorithm::Lua::new(include_str!("release.lua")),

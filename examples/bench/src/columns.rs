@@ -17,6 +17,9 @@ const PEER_RETRY_COUNT: u32 = 3;
 /// How often `limit` polls a busy lock: the floor any smarter waiting is measured against.
 const LIMIT_POLL: Duration = Duration::from_millis(1);
 
+/// Why `distlock fenced` has no figure in a scenario.
+pub const FENCED_ONLY: &str = "fencing's cost is measured in S1, S2 and S4 only";
+
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A lock implementation under test, connected to its server(s).
@@ -36,6 +39,9 @@ pub type Held = Box<dyn Release>;
 pub enum Kind {
     /// distlock's `setnx` mode (`Client::lock`).
     Distlock,
+    /// The same with a fencing token minted on every acquisition (`LockRequest::fencing`):
+    /// what fencing costs. Run in S1, S2 and S4 only.
+    DistlockFenced,
     Rslock,
     Redlock,
     /// `distributed-lock-redis` (on fred, not redis-rs).
@@ -46,8 +52,9 @@ pub enum Kind {
 
 impl Kind {
     /// Column order of every table, chart and round.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Distlock,
+        Kind::DistlockFenced,
         Kind::Rslock,
         Kind::Redlock,
         Kind::DlRedis,
@@ -57,6 +64,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Distlock => "distlock",
+            Kind::DistlockFenced => "distlock fenced",
             Kind::Rslock => "rslock",
             Kind::Redlock => "redlock",
             Kind::DlRedis => "distributed-lock-redis",
@@ -71,7 +79,18 @@ impl Kind {
 
     /// A peer crate: our columns must be ahead of every one of these.
     pub fn peer(self) -> bool {
-        !self.ours() && self != Kind::Limit
+        !self.ours() && self != Kind::Limit && self != Kind::DistlockFenced
+    }
+
+    /// Why the column does not run `scenario`, if it does not: the fenced variant only shows
+    /// what fencing costs, on the uncontended and the many-keys paths.
+    pub fn skips(self, scenario: crate::scenarios::Scenario) -> Option<&'static str> {
+        use crate::scenarios::Scenario;
+        match (self, scenario) {
+            (Kind::DistlockFenced, Scenario::S1 | Scenario::S2 | Scenario::S4) => None,
+            (Kind::DistlockFenced, _) => Some(FENCED_ONLY),
+            _ => None,
+        }
     }
 
     pub fn from_name(name: &str) -> Option<Kind> {
@@ -81,6 +100,12 @@ impl Kind {
     /// How the column is set up, printed under the table.
     pub fn note(self) -> &'static str {
         match self {
+            Kind::DistlockFenced => {
+                "distlock fenced: the distlock column with `.fencing(true)` on every request, so each \
+                 acquisition also mints a fencing token (the acquire script: `SET NX PX` + `INCR` of the \
+                 lock's counter, where distlock without fencing sends one plain `SET .. NX PX .. GET`). \
+                 Run in S1, S2 and S4 only: it shows what fencing costs, and no target applies to it."
+            }
             Kind::Distlock => {
                 "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or in S4 \
                  `Client::quorum_builder(urls).restart_delay(ZERO)`: the restart guard would keep the bench's \
@@ -135,6 +160,7 @@ impl Kind {
     pub fn no_watchdog(self) -> Option<&'static str> {
         match self {
             Kind::Distlock => None,
+            Kind::DistlockFenced => Some(FENCED_ONLY),
             Kind::Rslock => Some(
                 "no watchdog: rslock renews only when asked (`extend`, one request per lock per node), so there is no batched renewal to measure",
             ),
@@ -152,7 +178,7 @@ impl Kind {
         let quorum = urls.len() > 1;
         let failed = |e: &dyn std::fmt::Display| format!("connect failed: {e}");
         Ok(match self {
-            Kind::Distlock => {
+            Kind::Distlock | Kind::DistlockFenced => {
                 let client = if quorum {
                     // The nodes were just started; the restart guard would refuse them for its
                     // 30 s delay (see the note above).
@@ -163,7 +189,10 @@ impl Kind {
                 } else {
                     distlock::Client::connect(&urls[0]).await
                 };
-                Arc::new(Distlock(client.map_err(|e| failed(&e))?))
+                Arc::new(Distlock {
+                    client: client.map_err(|e| failed(&e))?,
+                    fencing: self == Kind::DistlockFenced,
+                })
             }
             Kind::Rslock => {
                 let mut manager = rslock::LockManager::new(urls.to_vec());
@@ -203,6 +232,7 @@ impl Kind {
     /// How the column is set up on the Redis Cluster, printed under the table.
     pub fn cluster_note(self) -> &'static str {
         match self {
+            Kind::DistlockFenced => FENCED_ONLY,
             Kind::Distlock => {
                 "distlock: one `Client::cluster(urls)` (every node's URL as a seed), the same `lock(key).ttl(10 s)\
                  .wait(w).acquire()` and `guard.release()`; its keys share the lock name's slot through the hash tag \
@@ -240,11 +270,13 @@ impl Kind {
     pub async fn connect_cluster(self, urls: &[String]) -> Result<Arc<dyn Column>, String> {
         let failed = |e: &dyn std::fmt::Display| format!("connect failed: {e}");
         Ok(match self {
-            Kind::Distlock => Arc::new(Distlock(
-                distlock::Client::cluster(urls)
+            Kind::Distlock => Arc::new(Distlock {
+                client: distlock::Client::cluster(urls)
                     .await
                     .map_err(|e| failed(&e))?,
-            )),
+                fencing: false,
+            }),
+            Kind::DistlockFenced => return Err(FENCED_ONLY.to_owned()),
             Kind::Rslock => {
                 let mut manager =
                     rslock::LockManager::new_cluster(urls.to_vec()).map_err(|e| failed(&e))?;
@@ -288,7 +320,7 @@ impl Kind {
     /// the master).
     pub fn cluster_key(self, name: &str) -> String {
         match self {
-            Kind::Distlock => format!("distlock:{{{name}}}"),
+            Kind::Distlock | Kind::DistlockFenced => format!("distlock:{{{name}}}"),
             Kind::DlRedis => format!("distributed-lock:{name}"),
             Kind::Rslock | Kind::Redlock | Kind::Limit => name.to_owned(),
         }
@@ -376,12 +408,17 @@ fn timed_out(key: &str, wait: Duration) -> String {
     format!("`{key}` still busy after {wait:?}")
 }
 
-struct Distlock(distlock::Client);
+struct Distlock {
+    client: distlock::Client,
+    /// Mint a fencing token with every acquisition (`distlock fenced`).
+    fencing: bool,
+}
 
 impl Column for Distlock {
     fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
         Box::pin(async move {
-            let guard = self.0.lock(key).ttl(TTL).wait(wait).acquire().await;
+            let request = self.client.lock(key).ttl(TTL).wait(wait);
+            let guard = request.fencing(self.fencing).acquire().await;
             guard
                 .map(|g| Box::new(g) as Held)
                 .map_err(|e| e.to_string())

@@ -293,6 +293,10 @@ async fn run_all(
             // Rotate the starting column so no column always runs first (or last).
             for i in 0..columns.len() {
                 let (kind, column) = &columns[(i + round) % columns.len()];
+                if let Some(why) = kind.skips(scenario) {
+                    results.cell(scenario, *kind).na = Some(why.to_owned());
+                    continue;
+                }
                 match column {
                     Ok(column) => {
                         let key = format!("bench:{}:{}:r{round}", scenario.id(), kind.name());
@@ -340,6 +344,9 @@ async fn run_all(
     }
     eprintln!("MONITOR pass");
     for (kind, column) in &single {
+        if kind.skips(Scenario::S3).is_some() {
+            continue;
+        }
         let cell = results.accounting.entry(kind.name()).or_default();
         match column {
             Err(reason) => cell.na = Some(reason.clone()),
@@ -360,6 +367,10 @@ async fn annotated(plan: &Plan, node: &RedisServer, round: usize, results: &mut 
     let started = Instant::now();
     for kind in Kind::ALL {
         let cell = results.cell(Scenario::S5, kind);
+        if let Some(why) = kind.skips(Scenario::S5) {
+            cell.na = Some(why.to_owned());
+            continue;
+        }
         if kind != Kind::Distlock {
             cell.na = Some("no attribute macro".to_owned());
             continue;
@@ -403,6 +414,10 @@ async fn two_processes(plan: &Plan, node: &RedisServer, round: usize, results: &
     let started = Instant::now();
     for i in 0..Kind::ALL.len() {
         let kind = Kind::ALL[(i + round) % Kind::ALL.len()];
+        if let Some(why) = kind.skips(Scenario::S3x) {
+            results.cell(Scenario::S3x, kind).na = Some(why.to_owned());
+            continue;
+        }
         let key = format!("bench:S3x:{}:r{round}", kind.name());
         let (url, duration) = (node.url(), plan.s3x_duration);
         let run = tokio::task::spawn_blocking(move || s3x::run(kind, &url, &key, duration)).await;

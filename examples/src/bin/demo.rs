@@ -23,6 +23,7 @@ async fn main() {
                     .lock(&order)
                     .ttl(Duration::from_secs(5))
                     .wait(Duration::from_secs(2))
+                    .fencing(true)
                     .acquire()
                     .await
                     .expect("the lock frees within the wait");
@@ -30,7 +31,7 @@ async fn main() {
                     &clock,
                     &format!(
                         "worker-{w} holds {order:<8} fencing token {}",
-                        guard.fencing_token()
+                        guard.fencing_token().expect("taken with fencing(true)")
                     ),
                 );
                 tokio::time::sleep(Duration::from_millis(25)).await; // the critical section
@@ -68,6 +69,7 @@ async fn main() {
         .lock("invoice:7")
         .ttl(Duration::from_millis(200))
         .watchdog(false) // as if its process froze: nothing renews the lease
+        .fencing(true)
         .try_acquire()
         .await
         .expect("free");
@@ -75,7 +77,7 @@ async fn main() {
         &clock,
         &format!(
             "slow worker holds invoice:7, token {}",
-            stale.fencing_token()
+            stale.fencing_token().expect("taken with fencing(true)")
         ),
     );
     let other = locks.clone();
@@ -83,6 +85,7 @@ async fn main() {
         other
             .lock("invoice:7")
             .wait(Duration::from_secs(2))
+            .fencing(true)
             .acquire()
             .await
     })
@@ -93,7 +96,7 @@ async fn main() {
         &clock,
         &format!(
             "next worker holds invoice:7, token {} (larger: the stale writer can be refused)",
-            next.fencing_token()
+            next.fencing_token().expect("taken with fencing(true)")
         ),
     );
     say(

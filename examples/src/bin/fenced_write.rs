@@ -94,10 +94,11 @@ async fn main() {
         .lock(LOCK)
         .ttl(Duration::from_millis(500))
         .watchdog(false)
+        .fencing(true)
         .acquire()
         .await
         .unwrap_or_else(|e| fail("A acquires", e));
-    let token_a = a.fencing_token();
+    let token_a = a.fencing_token().expect("taken with fencing(true)");
     say(format!(
         "A holds {LOCK}, fencing token {token_a}, lease 500 ms, no watchdog"
     ));
@@ -112,10 +113,11 @@ async fn main() {
         .lock(LOCK)
         .ttl(Duration::from_secs(10))
         .wait(Duration::from_secs(5))
+        .fencing(true)
         .acquire()
         .await
         .unwrap_or_else(|e| fail("B acquires", e));
-    let token_b = b.fencing_token();
+    let token_b = b.fencing_token().expect("taken with fencing(true)");
     say(format!(
         "A's lease ran out (A still held it? {}); B holds {LOCK}, fencing token {token_b}",
         a.is_held()

@@ -32,7 +32,7 @@ impl std::fmt::Display for AppError {
 }
 
 /// At most one caller per order runs the body, in any process; the default client is used.
-#[distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s")]
+#[distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s", fencing = true)]
 async fn pay(id: u64, amount: u64, who: &str, clock: &Instant) -> Result<u64, AppError> {
     if amount == 0 {
         // An early return still releases the lock.
@@ -40,7 +40,8 @@ async fn pay(id: u64, amount: u64, who: &str, clock: &Instant) -> Result<u64, Ap
     }
     let token = distlock::lease()
         .expect("inside a locked fn")
-        .fencing_token();
+        .fencing_token()
+        .expect("fencing = true");
     say(
         clock,
         &format!("{who} pays order {id} (fencing token {token})"),

@@ -7,7 +7,8 @@
 //! contender spread KIND URL OBSERVER PREFIX LOCKS TASKS SECONDS  # TASKS tasks on locks PREFIX-0..LOCKS
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! ```
-//! KIND is `setnx` or `reentrant`; URL may list several comma-separated URLs for a quorum,
+//! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
+//! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum,
 //! `cluster:URL,URL,..` for a Redis Cluster, `sentinel:MASTER@URL,URL,..` for Sentinel. Every critical section enters the observer's occupancy
 //! probe, bumps its non-atomic counter and presents its fencing token to its fence.
 //!
@@ -121,19 +122,26 @@ async fn connect(url: &str) -> Client {
 }
 
 fn request<'c>(locks: &'c Client, kind: &str, name: &str) -> LockRequest<'c> {
-    match kind {
+    let (kind, fenced) = match kind.strip_suffix("+fenced") {
+        Some(kind) => (kind, true),
+        None => (kind, false),
+    };
+    let request = match kind {
         "setnx" => locks.lock(name),
         "reentrant" => locks.reentrant(name),
         "read" => locks.read(name),
         "write" => locks.write(name),
         other => panic!("unknown lock kind {other:?}"),
-    }
+    };
+    request.fencing(fenced)
 }
 
 /// One critical section, checked by the observer.
 async fn section(observer: &Observer, guard: &Guard, pause: Duration) {
     observer.enter().await;
-    observer.fence(guard.fencing_token()).await;
+    if let Some(token) = guard.fencing_token() {
+        observer.fence(token).await;
+    }
     observer.bump(pause).await;
     observer.exit().await;
 }
@@ -263,12 +271,14 @@ async fn rw(
                 let guard = request
                     .ttl(Duration::from_secs(5))
                     .wait(MAX_RUN)
+                    .fencing(true)
                     .acquire()
                     .await
                     .expect("acquire within the wait");
                 observer.enter_excluding(&other).await;
                 if writer {
-                    observer.fence(guard.fencing_token()).await;
+                    let token = guard.fencing_token().expect("fencing(true)");
+                    observer.fence(token).await;
                     observer.bump(Duration::from_micros(100)).await;
                 } else {
                     tokio::time::sleep(READ_HOLD).await;
@@ -296,7 +306,8 @@ async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {
         .try_acquire()
         .await
         .expect("the lock is free");
-    println!("HELD {}", guard.fencing_token());
+    // 0: taken without a fencing token.
+    println!("HELD {}", guard.fencing_token().unwrap_or(0));
     std::io::stdout().flush().expect("flush stdout");
     // Hold until killed: the test kills this process with SIGKILL, so no release runs.
     std::future::pending::<()>().await;

@@ -133,28 +133,36 @@ pub const ACL_RULES: &str =
 /// waiter woken by the release, a reentrant re-entry and extension, readers sharing and a
 /// writer woken when they leave.
 pub async fn every_mode_works(locks: &Client, prefix: &str) {
-    // setnx, with a waiter woken by the release.
+    // setnx (the plain SET acquire) with a waiter (the fencing script) woken by the release,
+    // then a fenced holder and a fenced waiter: tokens grow.
     let held = locks
         .lock(format!("{prefix}-setnx"))
         .try_acquire()
         .await
         .expect("setnx");
-    let waiter = {
+    assert_eq!(held.fencing_token(), None);
+    let fenced_waiter = || {
         let (locks, prefix) = (locks.clone(), prefix.to_owned());
         tokio::spawn(async move {
             locks
                 .lock(format!("{prefix}-setnx"))
                 .wait(Duration::from_secs(30))
+                .fencing(true)
                 .acquire()
                 .await
         })
     };
-    let first = held.fencing_token();
+    let waiter = fenced_waiter();
     tokio::task::yield_now().await;
     held.release().await.expect("release");
     let next = waiter.await.expect("task").expect("the waiter gets it");
-    assert!(next.fencing_token() > first);
+    let first = next.fencing_token().expect("fencing(true)");
+    let waiter = fenced_waiter();
+    tokio::task::yield_now().await;
     next.release().await.expect("release");
+    let last = waiter.await.expect("task").expect("the waiter gets it");
+    assert!(last.fencing_token().expect("fencing(true)") > first);
+    last.release().await.expect("release");
 
     // reentrant with a re-entry, and an extension.
     let mut outer = locks
@@ -164,6 +172,7 @@ pub async fn every_mode_works(locks: &Client, prefix: &str) {
         .expect("reentrant");
     let inner = locks
         .reentrant(format!("{prefix}-re"))
+        .fencing(true)
         .try_acquire()
         .await
         .expect("re-entry");

@@ -48,6 +48,7 @@ async fn nightly_report() -> AppResult<()> {
     on_busy = "skip",
     on_lost = "continue",
     max_hold = "10m",
+    fencing = true,
     map_err = AppError::Lock,
 )]
 async fn job(tenant: &str, job: u32) -> Result<Option<u32>, AppError> {
@@ -55,7 +56,7 @@ async fn job(tenant: &str, job: u32) -> Result<Option<u32>, AppError> {
     if !lease.is_held() {
         return Ok(None);
     }
-    Ok(Some(job + lease.fencing_token() as u32))
+    Ok(lease.fencing_token().map(|token| job + token as u32))
 }
 
 #[distributed_lock(key = "payout:<id>", mode = "redlock", watchdog = false, ttl = "5s")]
