@@ -17,6 +17,7 @@
 //! earlier tenure harmless: its nonce is not in the owner's new hold, so its release and its
 //! renewals are refused instead of freeing or prolonging a hold that is not its own.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,7 +151,8 @@ impl Algorithm {
         ttl_ms: u64,
         ask: Ask,
     ) -> AcquireCall<'a> {
-        let plain = self.plain_acquire && !ask.fencing;
+        let plain =
+            self.plain_acquire && !ask.fencing && !SET_NX_GET_REFUSED.load(Ordering::Relaxed);
         let cmd = if plain {
             let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
             cmd.arg("SET")
@@ -217,6 +219,11 @@ impl Algorithm {
         let reply: Value = match call.cmd.query_async(conn).await {
             Ok(reply) => reply,
             Err(e) if is_wrong_type(&e) => return self.settle_by_script(conn, call, false).await,
+            // A server older than 7.0 refuses NX with GET: its script does the same work.
+            Err(e) if is_syntax_error(&e) => {
+                SET_NX_GET_REFUSED.store(true, Ordering::Relaxed);
+                return self.settle_by_script(conn, call, false).await;
+            }
             Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
         };
         match reply {
@@ -560,6 +567,14 @@ fn text(value: &Value) -> String {
 }
 
 /// True for Redis's WRONGTYPE error: the key holds a value of another type.
+/// Set once a server refused `SET .. NX .. GET` (Redis before 7.0): from then on this process
+/// takes setnx locks with the acquire script, which needs no newer server.
+static SET_NX_GET_REFUSED: AtomicBool = AtomicBool::new(false);
+
+fn is_syntax_error(e: &redis::RedisError) -> bool {
+    e.to_string().contains("syntax error")
+}
+
 fn is_wrong_type(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE")
 }
