@@ -118,9 +118,9 @@ async fn two_hundred_waiters_in_two_processes_are_all_served_with_few_commands()
         "{:.2} client requests per acquisition",
         requests as f64 / 200.0
     );
-    // Inside the scripts: SET, INCR and TIME (the fence floor, on every acquisition since
-    // the Cluster work), GET, DEL and PUBLISH, plus a busy attempt's few; a spin would be
-    // many times this.
+    // Server commands: the plain SET .. GET (and a waiter's PTTL), the release script's
+    // GET, DEL and PUBLISH, plus a busy attempt's few (a fenced lock adds INCR and TIME);
+    // a spin would be many times this.
     assert!(
         per_acquisition <= 12.0,
         "{per_acquisition:.2} commands per acquisition"
