@@ -8,4 +8,4 @@ cargo test --all-targets "$@" -- --skip lost_reply_tier
 cargo test --doc
 # The lost-reply tier (every mode behind a proxy that loses 2 % of the replies), run on its
 # own so its figures are shown.
-cargo test -p distlock-testkit --test lost_replies -- --nocapture
+cargo test --test lost_replies -- --nocapture

@@ -44,7 +44,7 @@ async fn every_mode_excludes_across_processes_on_locks_spread_over_the_masters()
     let url = format!("cluster:{}", CLUSTER.with(|c| c.urls()).join(","));
     const LOCKS: usize = 24;
     // The plain setnx acquire, and the fencing scripts (whose tokens the observers check).
-    for kind in ["setnx", "reentrant+fenced", "write+fenced"] {
+    for kind in ["setnx", "setnx+fenced", "reentrant+fenced", "write+fenced"] {
         let prefix = format!("spread-{kind}");
         let masters: BTreeSet<usize> = (0..LOCKS)
             .map(|i| master_of(&format!("{prefix}-{i}")))

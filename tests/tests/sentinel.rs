@@ -36,7 +36,7 @@ async fn every_mode_excludes_across_processes_through_sentinel() {
     let (urls, master) = sentinels();
     let url = format!("sentinel:{master}@{}", urls.join(","));
     // The plain setnx acquire, and the fencing scripts (whose tokens the observers check).
-    for kind in ["setnx", "reentrant+fenced", "write+fenced"] {
+    for kind in ["setnx", "setnx+fenced", "reentrant+fenced", "write+fenced"] {
         let prefix = format!("s-{kind}");
         let sections = run_contenders(
             2,
