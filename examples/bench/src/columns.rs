@@ -312,7 +312,7 @@ impl Kind {
                     .map_err(|e| failed(&e))?;
                 Arc::new(DlRedis(provider))
             }
-            Kind::Limit => Arc::new(LimitCluster::connect(urls).await.map_err(|e| failed(&e))?),
+            Kind::Limit => Arc::new(Limit::connect_cluster(urls).await.map_err(|e| failed(&e))?),
         })
     }
 
@@ -324,83 +324,6 @@ impl Kind {
             Kind::DlRedis => format!("distributed-lock:{name}"),
             Kind::Rslock | Kind::Redlock | Kind::Limit => name.to_owned(),
         }
-    }
-}
-
-/// `limit` on the Redis Cluster: `Limit`'s commands through redis-rs's cluster connection,
-/// which sends each to the master of the key's slot.
-struct LimitCluster {
-    conn: redis::cluster_async::ClusterConnection,
-    release: Arc<redis::Script>,
-}
-
-impl LimitCluster {
-    async fn connect(urls: &[String]) -> redis::RedisResult<LimitCluster> {
-        let conn = redis::cluster::ClusterClient::new(urls.to_vec())?
-            .get_async_connection()
-            .await?;
-        Ok(LimitCluster {
-            conn,
-            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
-        })
-    }
-}
-
-struct LimitClusterHeld {
-    conn: redis::cluster_async::ClusterConnection,
-    release: Arc<redis::Script>,
-    key: String,
-    token: String,
-}
-
-impl Column for LimitCluster {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        Box::pin(async move {
-            let token = format!("{:032x}", rand::random::<u128>());
-            let deadline = Instant::now() + wait;
-            let mut conn = self.conn.clone();
-            loop {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if set.is_some() {
-                    return Ok(Box::new(LimitClusterHeld {
-                        conn,
-                        release: Arc::clone(&self.release),
-                        key: key.to_owned(),
-                        token,
-                    }) as Held);
-                }
-                if Instant::now() >= deadline {
-                    return Err(timed_out(key, wait));
-                }
-                tokio::time::sleep(LIMIT_POLL).await;
-            }
-        })
-    }
-}
-
-impl Release for LimitClusterHeld {
-    fn release(mut self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move {
-            let deleted: i64 = self
-                .release
-                .key(&self.key)
-                .arg(&self.token)
-                .invoke_async(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            match deleted {
-                1 => Ok(()),
-                _ => Err(format!("`{}` was no longer ours", self.key)),
-            }
-        })
     }
 }
 
@@ -544,8 +467,10 @@ impl Release for distributed_lock_redis::RedisLockHandle {
     }
 }
 
-struct Limit {
-    conn: redis::aio::MultiplexedConnection,
+/// The minimal correct lock on one connection: a single node's, or (S1c/S2c) redis-rs's
+/// cluster connection, which sends each command to the master of the key's slot.
+struct Limit<C> {
+    conn: C,
     release: Arc<redis::Script>,
 }
 
@@ -555,26 +480,44 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
-impl Limit {
-    async fn connect(url: &str) -> redis::RedisResult<Limit> {
+impl Limit<redis::aio::MultiplexedConnection> {
+    async fn connect(url: &str) -> redis::RedisResult<Self> {
         let conn = redis::Client::open(url)?
             .get_multiplexed_async_connection()
             .await?;
-        Ok(Limit {
-            conn,
-            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
-        })
+        Ok(Limit::on(conn))
     }
 }
 
-struct LimitHeld {
-    conn: redis::aio::MultiplexedConnection,
+impl Limit<redis::cluster_async::ClusterConnection> {
+    async fn connect_cluster(urls: &[String]) -> redis::RedisResult<Self> {
+        let conn = redis::cluster::ClusterClient::new(urls.to_vec())?
+            .get_async_connection()
+            .await?;
+        Ok(Limit::on(conn))
+    }
+}
+
+impl<C> Limit<C> {
+    fn on(conn: C) -> Self {
+        Limit {
+            conn,
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+        }
+    }
+}
+
+struct LimitHeld<C> {
+    conn: C,
     release: Arc<redis::Script>,
     key: String,
     token: String,
 }
 
-impl Column for Limit {
+impl<C> Column for Limit<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
         Box::pin(async move {
             // 128 random bits per acquisition, like distlock's owner token.
@@ -726,7 +669,10 @@ impl Release for LimitQuorumHeld {
     }
 }
 
-impl Release for LimitHeld {
+impl<C> Release for LimitHeld<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     fn release(mut self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
         Box::pin(async move {
             let deleted: i64 = self
