@@ -9,18 +9,7 @@ use distlock_testkit::RedisServer;
 use common::ACL_RULES as RULES;
 
 async fn locker(server: &RedisServer) -> Client {
-    let mut admin = server.async_connection().await;
-    let mut setuser = redis::cmd("ACL");
-    setuser
-        .arg("SETUSER")
-        .arg("locker")
-        .arg("on")
-        .arg(">s3cret");
-    for rule in RULES.split_whitespace() {
-        setuser.arg(rule);
-    }
-    let _: () = setuser.query_async(&mut admin).await.expect("ACL SETUSER");
-    let url = format!("redis://locker:s3cret@127.0.0.1:{}/", server.port());
+    let url = common::add_locker(server, RULES);
     Client::connect(&url)
         .await
         .expect("connect as the locking user")

@@ -157,25 +157,12 @@ async fn a_least_privileged_user_runs_every_mode() {
     let data_rules = format!("{} +role", common::ACL_RULES);
     let sentinel_rules = "+@connection +sentinel|get-master-addr-by-name";
     let urls = SENTINEL.with(move |s| {
-        let setuser = |server: &RedisServer, rules: &str| {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg("locker").arg("on").arg(">s3cret");
-            for rule in rules.split_whitespace() {
-                cmd.arg(rule);
-            }
-            cmd.exec(&mut server.connection()).expect("ACL SETUSER");
-        };
         // ACLs are per server: every data server (any may be promoted) and every sentinel.
         for i in 0..s.len() {
-            setuser(s.server(i), &data_rules);
+            common::add_locker(s.server(i), &data_rules);
         }
-        s.sentinel_urls()
-            .iter()
-            .enumerate()
-            .map(|(i, _)| {
-                setuser(s.sentinel(i), sentinel_rules);
-                format!("redis://locker:s3cret@127.0.0.1:{}/", s.sentinel(i).port())
-            })
+        (0..s.sentinel_urls().len())
+            .map(|i| common::add_locker(s.sentinel(i), sentinel_rules))
             .collect::<Vec<_>>()
     });
     let master = SENTINEL.with(|s| s.master_name());

@@ -129,6 +129,22 @@ pub async fn assert_safe(observer: &Observer) {
 pub const ACL_RULES: &str =
     "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous";
 
+/// Creates (or replaces) the user `locker`, password `s3cret`, with `rules` on `server`, and
+/// returns its URL there. ACLs are per server: a deployment needs it on every server.
+pub fn add_locker(server: &RedisServer, rules: &str) -> String {
+    let mut setuser = redis::cmd("ACL");
+    setuser
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("on")
+        .arg(">s3cret");
+    for rule in rules.split_whitespace() {
+        setuser.arg(rule);
+    }
+    setuser.exec(&mut server.connection()).expect("ACL SETUSER");
+    format!("redis://locker:s3cret@127.0.0.1:{}/", server.port())
+}
+
 /// Every mode once, waits and wake-ups included, on locks named `<prefix>-..`: setnx with a
 /// waiter woken by the release, a reentrant re-entry and extension, readers sharing and a
 /// writer woken when they leave.
