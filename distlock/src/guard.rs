@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::algorithm::{Algorithm, HoldId};
 use crate::client::Client;
 use crate::error::Error;
+use crate::handoff::{self, Tenure, Transfer};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
 use crate::quorum::Nodes;
@@ -50,6 +51,8 @@ pub struct Guard {
     /// Set once a release has been answered: until then, dropping the guard (or the future of
     /// its release) sends the release in the background.
     released: bool,
+    /// Set when the hold may pass straight to a local waiter (see [`crate::handoff`]).
+    tenure: Option<Tenure>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -74,6 +77,7 @@ impl Guard {
         lease: Arc<LeaseState>,
         min_hold: Option<Duration>,
         registration: Registration,
+        tenure: Option<Tenure>,
     ) -> Guard {
         Guard {
             client: client.clone(),
@@ -86,6 +90,7 @@ impl Guard {
             min_hold,
             registration,
             released: false,
+            tenure,
         }
     }
 
@@ -185,6 +190,9 @@ impl Guard {
     /// owner-checked extension) or, when it already does, a background task releases the
     /// lock at that time (and if this process ends first, the lease ends it within its ttl).
     pub async fn release(mut self) -> Result<(), Error> {
+        if self.hand_off() {
+            return Ok(());
+        }
         let held_for = self.held_for();
         self.unregister();
         let nodes = self.client.inner().nodes.clone();
@@ -241,6 +249,61 @@ impl Guard {
         }
     }
 
+    /// Passes the hold to the next task of this process waiting for the lock, when both
+    /// sides allow it (see [`crate::handoff`]): no command is sent, the server's hold and its
+    /// lease go on under the waiter's guard. True when the waiter took it.
+    fn hand_off(&mut self) -> bool {
+        let Some(tenure) = &self.tenure else {
+            return false;
+        };
+        if self.released {
+            return false;
+        }
+        let inner = self.client.inner();
+        let channels = inner.notifier.channels();
+        if !tenure.may_pass(self.remaining()) {
+            channels.before_release(&self.key);
+            return false;
+        }
+        // Off the table first: the waiter records the same lease under its own task.
+        let held = std::mem::take(&mut self.registration.held);
+        if held {
+            inner.unhold(self.key.lock(), &self.lease);
+        }
+        let transfer = Transfer {
+            client: self.client.clone(),
+            algorithm: self.algorithm,
+            key: self.key.clone(),
+            id: self.id.clone(),
+            lease: self.lease.clone(),
+            watch: self.registration.watch,
+            passes: tenure.passes + 1,
+            since: tenure.since,
+            armed: true,
+        };
+        match channels.hand_off(transfer, &tenure.terms) {
+            None => {
+                self.registration.watch = None;
+                self.released = true;
+                let held_for = self.held_for();
+                if held {
+                    self.lease.labels.unheld(held_for);
+                }
+                self.lease.labels.released(held_for, true);
+                true
+            }
+            Some(transfer) => {
+                handoff::disarm(transfer);
+                if held {
+                    inner.hold(&self.key, tenure.context, self.lease.clone());
+                    self.registration.held = true;
+                }
+                channels.before_release(&self.key);
+                false
+            }
+        }
+    }
+
     /// Stops renewal and forgets the hold in the client's table. Runs before the release is
     /// sent, on the same connection as renewals, so no renewal can reach Redis after the
     /// release.
@@ -271,6 +334,9 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if self.hand_off() {
+            return;
+        }
         let left = self.min_hold_left();
         let remaining = self.remaining();
         self.unregister();

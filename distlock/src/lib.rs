@@ -88,6 +88,7 @@ mod conn;
 mod context;
 mod error;
 mod guard;
+mod handoff;
 mod inspect;
 mod key;
 mod lease;

@@ -12,6 +12,7 @@ use crate::client::{Client, Replicas};
 use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
+use crate::handoff::{Tenure, Terms, Transfer};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
 use crate::quorum::Nodes;
@@ -293,14 +294,37 @@ impl<'c> LockRequest<'c> {
                 holder: holder_text.clone(),
             },
         };
+        // Holds that may pass from task to task in this process without a round trip: the
+        // interchangeable ones (see `handoff`).
+        let terms = match period {
+            Some(period)
+                if algorithm.owner == OwnerKind::Token
+                    && !client.is_quorum()
+                    && !self.fencing
+                    && self.max_hold.is_none()
+                    && self.min_hold.is_none()
+                    && replicas.is_none() =>
+            {
+                Some(Terms {
+                    algorithm,
+                    ttl_ms,
+                    period,
+                    labels: labels.clone(),
+                })
+            }
+            _ => None,
+        };
         let started = Instant::now();
         let deadline = started.checked_add(wait);
-        let mut waiter = Waiter::new(&inner.notifier, &key);
+        let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone());
         // Tasks of this process already waiting for the lock go first (unless holders may
         // share it: a reader can get in beside the readers inside). A re-entry never queues:
         // those tasks wait for the very hold it extends.
         if !wait.is_zero() && !algorithm.shared && holder.is_none() {
             waiter.arrive(wait).await;
+            if let Some(transfer) = waiter.take_handed() {
+                return Ok((grant.adopt(transfer, context, terms), 0));
+            }
         }
         let mut attempts = 0u32;
         // Set once a request may have reached the server without its answer reaching us.
@@ -335,6 +359,12 @@ impl<'c> LockRequest<'c> {
                     let state = Arc::new(LeaseState::new(sent, ttl, labels.clone()));
                     if state.is_valid() {
                         pending.armed = false;
+                        let tenure = terms.clone().map(|terms| Tenure {
+                            terms,
+                            context,
+                            passes: 0,
+                            since: sent,
+                        });
                         let guard = grant.guard(
                             key.clone(),
                             pending.id.clone(),
@@ -344,6 +374,7 @@ impl<'c> LockRequest<'c> {
                             ttl_ms,
                             period,
                             state,
+                            tenure,
                         );
                         return Ok((guard, attempts));
                     }
@@ -360,6 +391,7 @@ impl<'c> LockRequest<'c> {
                 // The scripts check for this acquisition's own hold, so busy means not ours.
                 Ok(Attempt::Busy { holder_ttl }) => {
                     pending.armed = false;
+                    waiter.busy_after_release();
                     (None, holder_ttl)
                 }
                 // The connection failed, or too few quorum nodes answered: maybe only for now.
@@ -396,6 +428,9 @@ impl<'c> LockRequest<'c> {
                 });
             }
             waiter.pause(holder_ttl, error.is_some(), left).await;
+            if let Some(transfer) = waiter.take_handed() {
+                return Ok((grant.adopt(transfer, context, terms), attempts));
+            }
         }
     }
 }
@@ -482,6 +517,7 @@ impl Grant<'_> {
         ttl_ms: u64,
         period: Option<Duration>,
         lease: Arc<LeaseState>,
+        tenure: Option<Tenure>,
     ) -> Guard {
         let inner = self.client.inner();
         let watch = period.map(|period| {
@@ -507,6 +543,37 @@ impl Grant<'_> {
             lease,
             self.min_hold,
             Registration { watch, held: true },
+            tenure,
+        )
+    }
+
+    /// Takes a hold a local holder handed over (see `handoff`): the lease, its watchdog entry
+    /// and the server's hold go on unchanged; only the holding task changes.
+    fn adopt(&self, mut transfer: Transfer, context: LockContext, terms: Option<Terms>) -> Guard {
+        transfer.armed = false;
+        let inner = self.client.inner();
+        inner.hold(&transfer.key, context, transfer.lease.clone());
+        let now = Instant::now();
+        let tenure = terms.map(|terms| Tenure {
+            terms,
+            context,
+            passes: transfer.passes,
+            since: transfer.since,
+        });
+        Guard::new(
+            self.client,
+            self.algorithm,
+            transfer.key.clone(),
+            transfer.id.clone(),
+            None,
+            now,
+            transfer.lease.clone(),
+            self.min_hold,
+            Registration {
+                watch: transfer.watch.take(),
+                held: true,
+            },
+            tenure,
         )
     }
 }

@@ -774,6 +774,20 @@ pub fn anchor<R>() -> R {
     unreachable!("the return type anchor is never called")
 }
 
+/// How many tasks of this process wait for the lock `name` on `client`, ready to take a hold
+/// handed to them by a local holder (see the crate's `handoff` module). For tests, which must
+/// know the waiter is in place before they release; not an API.
+pub fn handoff_waiters(client: &Client, name: &str) -> usize {
+    match client.key(name.as_bytes()) {
+        Ok(key) => client
+            .inner()
+            .notifier
+            .channels()
+            .handoff_waiters(key.lock()),
+        Err(_) => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

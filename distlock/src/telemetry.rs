@@ -32,7 +32,7 @@ pub(crate) const NO_LABEL: &str = "-";
 
 /// Who is taking a lock, for traces and metrics. One per acquisition, shared by its guard,
 /// its lease and its watchdog entry.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct Labels {
     pub(crate) mode: &'static str,
     /// The key template or the caller's label; never the rendered name unless the caller

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use crate::handoff::{Terms, Transfer};
 use crate::key::LockKey;
 use crate::lease::after;
 use crate::notify::{Arrival, InFlight, Notifier, Subscription};
@@ -29,17 +30,32 @@ pub(crate) struct Waiter<'a> {
     /// Marks this caller's first attempt as in flight, so local newcomers queue behind it.
     in_flight: Option<InFlight>,
     backoffs: u32,
+    /// Set when this caller takes a hold handed by a local holder (see [`crate::handoff`]).
+    terms: Option<Terms>,
+    /// A hold handed to this caller while it slept.
+    handed: Option<Transfer>,
+    /// The last sleep ended with a release heard (not a timeout or a hand-off).
+    woken: bool,
 }
 
 impl<'a> Waiter<'a> {
-    pub(crate) fn new(notifier: &'a Notifier, key: &LockKey) -> Self {
+    pub(crate) fn new(notifier: &'a Notifier, key: &LockKey, terms: Option<Terms>) -> Self {
         Waiter {
             notifier,
             key: key.clone(),
             subscription: None,
             in_flight: None,
             backoffs: 0,
+            terms,
+            handed: None,
+            woken: false,
         }
+    }
+
+    /// The hold a local holder handed this caller while it waited, if any: the caller now
+    /// holds the lock and must not attempt again.
+    pub(crate) fn take_handed(&mut self) -> Option<Transfer> {
+        self.handed.take()
     }
 
     /// Before the first attempt: if tasks of this process already attempt or wait for the
@@ -54,6 +70,17 @@ impl<'a> Waiter<'a> {
                     t.saturating_duration_since(Instant::now())
                 });
                 self.sleep_subscribed(cap, false, left).await;
+            }
+        }
+    }
+
+    /// The attempt after a heard release found the lock busy: if no task of this process
+    /// took it (ours pass it on instead of racing), another process did. Remembered so this
+    /// process's next releases give the others a fair chance (see `notify::COURTESY`).
+    pub(crate) fn busy_after_release(&mut self) {
+        if std::mem::take(&mut self.woken) {
+            if let Some(sub) = &self.subscription {
+                sub.rival_seen();
             }
         }
     }
@@ -152,16 +179,43 @@ impl<'a> Waiter<'a> {
         let deadline = after(now, cap.min(left));
         let end = after(now, left);
         let mut until = deadline;
+        // A local holder may hand the lock over instead of releasing it: wait for that too.
+        let mut slot = self.terms.clone().map(|terms| sub.open_slot(terms));
         // Sleep until woken, or until the holder's lease must have ended. Another local
         // waiter may learn a later end meanwhile (a queued newcomer starts from a guess):
         // then keep sleeping rather than strike Redis for nothing.
-        while !sub
-            .released(until.saturating_duration_since(Instant::now()))
-            .await
-        {
+        let woken = loop {
+            let fallback = until.saturating_duration_since(Instant::now());
+            let woken = match slot.as_mut() {
+                Some(slot) => tokio::select! {
+                    biased;
+                    transfer = slot.handed() => {
+                        self.handed = Some(transfer);
+                        true
+                    }
+                    woken = sub.released(fallback) => woken,
+                },
+                None => sub.released(fallback).await,
+            };
+            if woken {
+                break true;
+            }
             match sub.holder_until() {
                 Some(later) if later > until && later < end => until = later,
-                _ => break,
+                _ => break false,
+            }
+        };
+        // A hold handed over just as this sleep ended is ours all the same.
+        if let Some(transfer) = slot.and_then(|slot| slot.close()) {
+            self.handed = Some(transfer);
+        }
+        self.woken = woken && self.handed.is_none();
+        if self.woken {
+            if let Some(t) = sub
+                .courtesy_until()
+                .filter(|&t| t > Instant::now() && t < end)
+            {
+                tokio::time::sleep_until(t.into()).await;
             }
         }
         self.subscription = Some(sub);

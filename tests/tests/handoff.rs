@@ -1,0 +1,273 @@
+//! Local hand-off: a released setnx lock passes straight to a waiting task of the same client,
+//! with no command to Redis, within bounds that keep other processes from being starved.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{as_other_owner, client, lock_key, pttl};
+use distlock::__private::handoff_waiters;
+use distlock::Client;
+use distlock_testkit::{wait_until_async, RedisServer};
+
+/// Calls of `command` the server executed so far (scripts' inner calls included).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    server.commandstats().get(command).copied().unwrap_or(0)
+}
+
+async fn value(server: &RedisServer, name: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(lock_key(name))
+        .query_async(&mut server.async_connection().await)
+        .await
+        .expect("GET")
+}
+
+/// Waits until `n` tasks of `locks` wait for `name` in hand-off slots.
+async fn waiting(locks: &Client, name: &str, n: usize) {
+    let ready = wait_until_async(Duration::from_secs(10), || async {
+        handoff_waiters(locks, name) == n
+    })
+    .await;
+    assert!(ready, "{n} waiter(s) for {name} never got in place");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_the_lock_to_a_waiting_task_without_a_command() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_secs(5);
+    let held = locks
+        .lock("pass")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let taken = value(&server, "pass").await.expect("held");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(as_other_owner(async move {
+            locks
+                .lock("pass")
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }))
+    };
+    waiting(&locks, "pass", 1).await;
+    let (sets, dels, publishes) = (
+        calls(&server, "set"),
+        calls(&server, "del"),
+        calls(&server, "publish"),
+    );
+    held.release().await.expect("release");
+    let guard = waiter.await.expect("task").expect("handed the lock");
+    assert!(guard.is_held());
+    // Nothing was freed, published or taken again: the server's hold went on as it was.
+    assert_eq!(calls(&server, "set"), sets, "the waiter sent SET");
+    assert_eq!(calls(&server, "del"), dels, "the holder freed the lock");
+    assert_eq!(calls(&server, "publish"), publishes);
+    assert_eq!(value(&server, "pass").await, Some(taken));
+    assert!(pttl(&server, "pass").await > 0);
+    // The new holder's release is a real one.
+    guard.release().await.expect("release");
+    assert_eq!(value(&server, "pass").await, None);
+    assert_eq!(calls(&server, "del"), dels + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_renewing_a_handed_lease() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let held = locks
+        .lock("renewed")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(as_other_owner(async move {
+            locks
+                .lock("renewed")
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }))
+    };
+    waiting(&locks, "renewed", 1).await;
+    let taken = value(&server, "renewed").await;
+    held.release().await.expect("release");
+    let guard = waiter.await.expect("task").expect("handed the lock");
+    // Held for many ttls: only the renewals that went along with the hold keep it.
+    tokio::time::sleep(ttl * 5).await;
+    assert!(guard.is_held(), "the handed lease was not renewed");
+    assert_eq!(value(&server, "renewed").await, taken);
+    assert!(pttl(&server, "renewed").await > 0);
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_after_the_hand_off_gives_the_lock_back() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_secs(30);
+    let held = locks
+        .lock("dropped")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let mut waiter = Box::pin(as_other_owner(
+        locks
+            .lock("dropped")
+            .ttl(ttl)
+            .wait(Duration::from_secs(30))
+            .acquire(),
+    ));
+    // Run the waiter only until it waits in its slot, then leave it unpolled.
+    tokio::select! {
+        r = &mut waiter => panic!("the waiter finished early: {r:?}"),
+        () = waiting(&locks, "dropped", 1) => {}
+    }
+    // The hold now sits in the waiter's slot, which nobody will read.
+    held.release().await.expect("release");
+    assert_eq!(handoff_waiters(&locks, "dropped"), 0);
+    assert!(value(&server, "dropped").await.is_some());
+    drop(waiter);
+    // Given back in the background, long before its 30 s lease would end.
+    let freed = wait_until_async(Duration::from_secs(10), || async {
+        value(&server, "dropped").await.is_none()
+    })
+    .await;
+    assert!(freed, "the dropped waiter's hold was not given back");
+    let again = locks
+        .lock("dropped")
+        .try_acquire()
+        .await
+        .expect("free again");
+    again.release().await.expect("release");
+}
+
+/// A waiter that asked for a fencing token gets one: a hold taken without one is not passed
+/// to it, the lock is really released and taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_is_not_handed_a_hold_without_a_token() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let ttl = Duration::from_secs(5);
+    let held = locks
+        .lock("fenced")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    // Another unfenced waiter queues behind the fenced one and must not overtake it.
+    let fenced = {
+        let locks = locks.clone();
+        tokio::spawn(as_other_owner(async move {
+            locks
+                .lock("fenced")
+                .ttl(ttl)
+                .fencing(true)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }))
+    };
+    let subscribed = wait_until_async(Duration::from_secs(10), || async {
+        server
+            .async_connection()
+            .await
+            .send_packed_command(
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(format!("{}:wake", lock_key("fenced"))),
+            )
+            .await
+            .ok()
+            .and_then(|v| <Vec<(String, i64)> as redis::FromRedisValue>::from_redis_value(v).ok())
+            .is_some_and(|v| v.first().is_some_and(|(_, n)| *n > 0))
+    })
+    .await;
+    assert!(subscribed);
+    let sets = calls(&server, "set");
+    held.release().await.expect("release");
+    let guard = fenced.await.expect("task").expect("acquired");
+    assert!(
+        guard.fencing_token().is_some(),
+        "no token for a fenced waiter"
+    );
+    assert!(
+        calls(&server, "set") > sets,
+        "the fenced waiter took no hold of its own"
+    );
+    guard.release().await.expect("release");
+}
+
+/// Tasks of one process that keep the lock busy pass it among themselves only so often: a
+/// waiter of another process (here another client, which shares nothing with the first) gets
+/// it while they are still at it, not after they stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_offs_are_bounded_so_another_process_gets_the_lock() {
+    let server = RedisServer::start();
+    let busy = client(&server).await;
+    let other = client(&server).await;
+    let ttl = Duration::from_secs(5);
+    let other_got_it = Arc::new(AtomicBool::new(false));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    const CAP: u64 = 2_000;
+    let sets = calls(&server, "set");
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (locks, done, count) = (busy.clone(), other_got_it.clone(), acquisitions.clone());
+            tokio::spawn(as_other_owner(async move {
+                while !done.load(Ordering::Acquire) && count.load(Ordering::Acquire) < CAP {
+                    let guard = locks
+                        .lock("bounded")
+                        .ttl(ttl)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    count.fetch_add(1, Ordering::AcqRel);
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    guard.release().await.expect("release");
+                }
+            }))
+        })
+        .collect();
+    // Let the busy tasks pass the lock around before the other process asks.
+    let passing = wait_until_async(Duration::from_secs(10), || async {
+        acquisitions.load(Ordering::Acquire) >= 50
+    })
+    .await;
+    assert!(passing);
+    let guard = other
+        .lock("bounded")
+        .ttl(ttl)
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the other process gets the lock");
+    let by_then = acquisitions.load(Ordering::Acquire);
+    other_got_it.store(true, Ordering::Release);
+    guard.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert!(
+        by_then < CAP,
+        "the other process waited until the busy tasks stopped"
+    );
+    // And the busy tasks did pass it among themselves: far fewer SETs than acquisitions.
+    let sent = calls(&server, "set") - sets;
+    let total = acquisitions.load(Ordering::Acquire);
+    println!("{total} acquisitions, {sent} SET calls; the other got it after {by_then}");
+    assert!(sent * 2 < total, "{sent} SETs for {total} acquisitions");
+}
