@@ -201,7 +201,8 @@ impl Guard {
             let remaining = self.remaining();
             // Never released early, whatever happens next.
             self.released = true;
-            let kept = keep(
+            // Boxed: rare, and it would size every release's future.
+            let kept = Box::pin(keep(
                 nodes,
                 self.algorithm,
                 self.key.clone(),
@@ -209,7 +210,7 @@ impl Guard {
                 left,
                 remaining,
                 self.lease.valid_until(),
-            )
+            ))
             .await;
             return match kept {
                 Ok(true) => Ok(()),
@@ -256,7 +257,9 @@ impl Guard {
         let Some(tenure) = &self.tenure else {
             return false;
         };
-        if self.released {
+        // Nobody in this process waits for any lock: the common case, decided without a
+        // clock read or a lookup.
+        if self.released || !handoff::slots_open() {
             return false;
         }
         let inner = self.client.inner();

@@ -403,7 +403,9 @@ impl<'c> LockRequest<'c> {
                 // back before saying so, so no lock is left behind by a failed call.
                 Err(e @ Error::ReplicasNotConfirmed { .. }) => {
                     let nodes = inner.nodes.clone();
-                    if crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl).await {
+                    let give_back =
+                        crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl);
+                    if Box::pin(give_back).await {
                         pending.armed = false;
                     }
                     return Err(e);

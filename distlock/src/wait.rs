@@ -32,8 +32,9 @@ pub(crate) struct Waiter<'a> {
     backoffs: u32,
     /// Set when this caller takes a hold handed by a local holder (see [`crate::handoff`]).
     terms: Option<Terms>,
-    /// A hold handed to this caller while it slept.
-    handed: Option<Transfer>,
+    /// A hold handed to this caller while it slept (boxed: rare, and kept in every
+    /// acquisition's future).
+    handed: Option<Box<Transfer>>,
     /// The last sleep ended with a release heard (not a timeout or a hand-off).
     woken: bool,
 }
@@ -55,7 +56,7 @@ impl<'a> Waiter<'a> {
     /// The hold a local holder handed this caller while it waited, if any: the caller now
     /// holds the lock and must not attempt again.
     pub(crate) fn take_handed(&mut self) -> Option<Transfer> {
-        self.handed.take()
+        self.handed.take().map(|transfer| *transfer)
     }
 
     /// Before the first attempt: if tasks of this process already attempt or wait for the
@@ -69,7 +70,9 @@ impl<'a> Waiter<'a> {
                 let cap = holder_until.map_or(UNKNOWN_HOLDER, |t| {
                     t.saturating_duration_since(Instant::now())
                 });
-                self.sleep_subscribed(cap, false, left).await;
+                // Boxed, here and in `pause`: only a contended lock sleeps, and the sleep's
+                // state would otherwise size (and be copied with) every acquisition's future.
+                Box::pin(self.sleep_subscribed(cap, false, left)).await;
             }
         }
     }
@@ -110,7 +113,7 @@ impl<'a> Waiter<'a> {
                 Some(t) => t + Duration::from_millis(1),
                 None => self.known_holder_left().unwrap_or(UNKNOWN_HOLDER),
             };
-            if self.sleep_subscribed(cap, holder_ttl.is_some(), left).await {
+            if Box::pin(self.sleep_subscribed(cap, holder_ttl.is_some(), left)).await {
                 return;
             }
         }
@@ -190,7 +193,7 @@ impl<'a> Waiter<'a> {
                 Some(slot) => tokio::select! {
                     biased;
                     transfer = slot.handed() => {
-                        self.handed = Some(transfer);
+                        self.handed = Some(Box::new(transfer));
                         true
                     }
                     woken = sub.released(fallback) => woken,
@@ -207,7 +210,7 @@ impl<'a> Waiter<'a> {
         };
         // A hold handed over just as this sleep ended is ours all the same.
         if let Some(transfer) = slot.and_then(|slot| slot.close()) {
-            self.handed = Some(transfer);
+            self.handed = Some(Box::new(transfer));
         }
         self.woken = woken && self.handed.is_none();
         if self.woken {

@@ -129,12 +129,24 @@ impl Nodes {
         if let Some(mut conn) = self.single() {
             if let Some(replicas) = replicas {
                 let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
-                return algorithm
-                    .try_acquire_acked(&mut conn, &call, replicas)
-                    .await;
+                return Box::pin(algorithm.try_acquire_acked(&mut conn, &call, replicas)).await;
             }
             return algorithm.try_acquire(&mut conn, key, id, ttl_ms, ask).await;
         }
+        // Boxed: the quorum's state would otherwise size every single-node acquisition's
+        // future too, which is moved (copied) several times per call.
+        Box::pin(self.acquire_quorum(algorithm, key, id, ttl_ms, ask)).await
+    }
+
+    /// [`acquire`](Self::acquire) on a Redlock quorum.
+    async fn acquire_quorum(
+        &self,
+        algorithm: &'static Algorithm,
+        key: &LockKey,
+        id: &HoldId,
+        ttl_ms: u64,
+        ask: Ask,
+    ) -> Result<Attempt, Error> {
         // One command for all nodes.
         let call = &algorithm.acquire_cmd(key, id, ttl_ms, ask);
         let mut answers = self.fan_out(false, |mut conn| async move {
@@ -253,6 +265,17 @@ impl Nodes {
             let sharded = conn.sharded();
             return algorithm.try_release(&mut conn, key, id, sharded).await;
         }
+        // Boxed for the reason given in `acquire`.
+        Box::pin(self.release_quorum(algorithm, key, id)).await
+    }
+
+    /// [`release`](Self::release) on a Redlock quorum.
+    async fn release_quorum(
+        self: &Arc<Self>,
+        algorithm: &'static Algorithm,
+        key: &LockKey,
+        id: &HoldId,
+    ) -> Result<bool, Error> {
         let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id(), false));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
