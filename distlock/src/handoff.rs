@@ -9,8 +9,8 @@
 //! waiter's attempt once the wake-up reached it), which decide the rate of a busy lock.
 //!
 //! Two bounds keep other processes from being starved: a hold passes at most
-//! [`MAX_LOCAL_HANDOFFS`] times, and only within [`LOCAL_WINDOW`] of when it was taken from
-//! Redis. Then the release is a real one (the lock is freed and the wake-up published) and
+//! [`HandOffLimits::passes`] times (default 8), and only within [`HandOffLimits::window`]
+//! (default 25 ms) of when it was taken from Redis. Then the release is a real one (the lock is freed and the wake-up published) and
 //! the waiters of every process, this one's included, race for it on equal terms.
 //!
 //! Only holds that are interchangeable pass: the same mode, ttl, renewal period and labels,
@@ -34,15 +34,34 @@ use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::telemetry::Labels;
 
-/// Most times one hold from Redis passes between tasks of this process before it is really
-/// released. Each pass saves about two round trips; the bound caps how many acquisitions
-/// other processes' waiters sit out before they get a fair try.
+/// Default for [`HandOffLimits::passes`].
 pub(crate) const MAX_LOCAL_HANDOFFS: u32 = 8;
 
-/// A hold passes only within this time of when it was taken from Redis: with long holds a
-/// round trip saved is worth little, and other processes' waiters must not wait behind a
-/// string of them.
+/// Default for [`HandOffLimits::window`].
 pub(crate) const LOCAL_WINDOW: Duration = Duration::from_millis(25);
+
+/// How far one hold from Redis may pass between the tasks of a client
+/// ([`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandOffLimits {
+    /// Most passes before the hold is really released. Each pass saves about two round
+    /// trips; the bound caps how many acquisitions other processes' waiters sit out before
+    /// they get a fair try. Zero: no hand-off.
+    pub(crate) passes: u32,
+    /// Passes happen only within this time of when the hold was taken from Redis: with long
+    /// holds a round trip saved is worth little, and other processes' waiters must not wait
+    /// behind a string of them.
+    pub(crate) window: Duration,
+}
+
+impl Default for HandOffLimits {
+    fn default() -> Self {
+        HandOffLimits {
+            passes: MAX_LOCAL_HANDOFFS,
+            window: LOCAL_WINDOW,
+        }
+    }
+}
 
 /// Hand-off slots open in this process: lets a release with nobody waiting skip the lookup.
 static OPEN_SLOTS: AtomicUsize = AtomicUsize::new(0);
@@ -59,6 +78,7 @@ pub(crate) struct Terms {
     pub(crate) ttl_ms: u64,
     pub(crate) period: Duration,
     pub(crate) labels: Arc<Labels>,
+    pub(crate) limits: HandOffLimits,
 }
 
 impl Terms {
@@ -85,8 +105,8 @@ pub(crate) struct Tenure {
 impl Tenure {
     /// Whether this hold may still pass to a local waiter, with `remaining` lease left.
     pub(crate) fn may_pass(&self, remaining: Duration) -> bool {
-        self.passes < MAX_LOCAL_HANDOFFS
-            && self.since.elapsed() < LOCAL_WINDOW
+        self.passes < self.terms.limits.passes
+            && self.since.elapsed() < self.terms.limits.window
             && remaining >= Duration::from_millis(self.terms.ttl_ms) / 2
             && slots_open()
     }

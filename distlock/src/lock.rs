@@ -298,7 +298,8 @@ impl<'c> LockRequest<'c> {
         // interchangeable ones (see `handoff`).
         let terms = match period {
             Some(period)
-                if algorithm.owner == OwnerKind::Token
+                if inner.handoff.passes > 0
+                    && algorithm.owner == OwnerKind::Token
                     && !client.is_quorum()
                     && !self.fencing
                     && self.max_hold.is_none()
@@ -310,6 +311,7 @@ impl<'c> LockRequest<'c> {
                     ttl_ms,
                     period,
                     labels: labels.clone(),
+                    limits: inner.handoff,
                 })
             }
             _ => None,

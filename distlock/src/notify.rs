@@ -31,12 +31,16 @@ use crate::quorum::Nodes;
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
 
+/// Lock key to its channel's state. Keys can come from user input: a seeded hasher, but not
+/// SipHash, which cost more than the lookups themselves.
+type ChannelMap = HashMap<Arc<[u8]>, Arc<Channel>, foldhash::quality::RandomState>;
+
 /// The waiters of one process, per channel. Keyed by the lock's key (shared with the
 /// [`LockKey`], so an entry costs no copy of it); the channel is that key plus
 /// [`CHANNEL_SUFFIX`].
 #[derive(Default)]
 pub(crate) struct Channels {
-    map: Mutex<HashMap<Arc<[u8]>, Arc<Channel>>>,
+    map: Mutex<ChannelMap>,
 }
 
 struct Channel {
@@ -265,7 +269,7 @@ impl Channels {
 
     /// The entry of `key`'s channel, made if there is none (the key is shared, not copied).
     /// The caller holds the map's lock until it has counted itself in.
-    fn entry(map: &mut HashMap<Arc<[u8]>, Arc<Channel>>, key: &LockKey) -> Arc<Channel> {
+    fn entry(map: &mut ChannelMap, key: &LockKey) -> Arc<Channel> {
         match map.get(key.lock()) {
             Some(ch) => ch.clone(),
             None => map
@@ -286,7 +290,7 @@ impl Channels {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Arc<Channel>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ChannelMap> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -55,7 +55,7 @@ pub(crate) struct Watchdog {
 
 #[derive(Default)]
 struct Shared {
-    entries: Mutex<HashMap<u64, Entry>>,
+    entries: Mutex<HashMap<u64, Entry, foldhash::fast::RandomState>>,
     next_id: AtomicU64,
     /// Wakes the task when a lease is added (it may be due sooner than the current sleep).
     added: Notify,
@@ -68,7 +68,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+    fn entries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, Entry, foldhash::fast::RandomState>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
