@@ -249,9 +249,9 @@ impl<'c> LockRequest<'c> {
             min_hold: self.min_hold,
         };
         let (site, caller) = (self.site, self.caller);
-        let site: &(dyn std::fmt::Display + Sync) = match &site {
-            Some(site) => site,
-            None => caller,
+        let site = match site {
+            Some(site) => token::Site::Fn(site),
+            None => token::Site::Caller(caller),
         };
         let inner = client.inner();
         let replicas = self.replicas.or(inner.replicas);
@@ -277,7 +277,7 @@ impl<'c> LockRequest<'c> {
             OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
             OwnerKind::Context => (
                 Arc::from(format!("{}:{context}", inner.id)),
-                Arc::from(token::holder(site)),
+                Arc::from(token::holder(&site)),
             ),
         };
         // An id names one acquisition: a retry after a lost reply finds its own hold in place
