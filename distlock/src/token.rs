@@ -11,7 +11,12 @@ use rand::Rng;
 fn push_owner_token(s: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits = rand::rng().random::<u128>();
-    s.extend((0..32).map(|i| char::from(HEX[(bits >> (124 - 4 * i)) as usize & 0xf])));
+    let mut digits = [0u8; 32];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[(bits >> (124 - 4 * i)) as usize & 0xf];
+    }
+    // Written as one str, not 32 chars (each `char` push encodes UTF-8 and checks capacity).
+    s.push_str(std::str::from_utf8(&digits).unwrap_or_default());
 }
 
 /// Where a lock is taken, for its holder description: the locked fn (set by the attributes)
@@ -49,23 +54,26 @@ impl std::fmt::Display for Site {
 /// per acquisition (formatting it was a tenth of the client's work per uncontended cycle).
 pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
     thread_local! {
-        static DESCRIBED: std::cell::RefCell<((usize, usize), String)> =
-            const { std::cell::RefCell::new(((0, 0), String::new())) };
+        static DESCRIBED: std::cell::RefCell<((usize, usize), String, String)> =
+            const { std::cell::RefCell::new(((0, 0), String::new(), String::new())) };
     }
     DESCRIBED.with(|cached| {
         let mut cached = cached.borrow_mut();
-        let (id, prefix) = &mut *cached;
-        if *id != site.id() || prefix.is_empty() {
-            prefix.clear();
-            push_holder_up_to_time(prefix, &site);
-            *id = site.id();
+        if cached.0 != site.id() || cached.1.is_empty() {
+            cached.1.clear();
+            push_holder_up_to_time(&mut cached.1, &site);
+            cached.0 = site.id();
         }
-        let mut s = String::with_capacity(33 + prefix.len() + 20);
+        // Composed in a buffer the thread keeps, then copied once into the shared value.
+        let mut s = std::mem::take(&mut cached.2);
+        s.clear();
         push_owner_token(&mut s);
         s.push('\t');
-        s.push_str(prefix);
+        s.push_str(&cached.1);
         push_decimal(&mut s, unix_ms());
-        Arc::from(s)
+        let value = Arc::from(s.as_str());
+        cached.2 = s;
+        value
     })
 }
 
@@ -86,7 +94,7 @@ fn push_decimal(s: &mut String, mut n: u64) {
             break;
         }
     }
-    s.extend(digits[i..].iter().map(|&d| char::from(d)));
+    s.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// `host=<host>\tpid=<pid>`, computed once per process.
