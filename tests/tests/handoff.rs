@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{as_other_owner, client, lock_key, pttl};
+use common::{as_other_owner, client, lock_key, pttl, subscribers};
 use distlock::__private::handoff_waiters;
 use distlock::Client;
 use distlock_testkit::{wait_until_async, RedisServer};
@@ -25,15 +25,8 @@ async fn value(server: &RedisServer, name: &str) -> Option<String> {
         .expect("GET")
 }
 
-/// Connections subscribed to the wake-up channel of the lock `name`.
-async fn subscribers(server: &RedisServer, name: &str) -> i64 {
-    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(format!("{}:wake", lock_key(name)))
-        .query_async(&mut server.async_connection().await)
-        .await
-        .expect("PUBSUB NUMSUB");
-    counts.first().map_or(0, |(_, n)| *n)
+fn wake_channel(name: &str) -> String {
+    format!("{}:wake", lock_key(name))
 }
 
 /// A client whose holds pass between its tasks however long the test took to set up: the
@@ -188,7 +181,6 @@ async fn a_fenced_waiter_is_not_handed_a_hold_without_a_token() {
         .try_acquire()
         .await
         .expect("free");
-    // Another unfenced waiter queues behind the fenced one and must not overtake it.
     let fenced = {
         let locks = locks.clone();
         tokio::spawn(as_other_owner(async move {
@@ -202,7 +194,7 @@ async fn a_fenced_waiter_is_not_handed_a_hold_without_a_token() {
         }))
     };
     let subscribed = wait_until_async(Duration::from_secs(10), || async {
-        subscribers(&server, "fenced").await > 0
+        subscribers(&server, &wake_channel("fenced")).await > 0
     })
     .await;
     assert!(subscribed);
@@ -280,4 +272,54 @@ async fn hand_offs_are_bounded_so_another_process_gets_the_lock() {
     let total = acquisitions.load(Ordering::Acquire);
     println!("{total} acquisitions, {sent} SET calls; the other got it after {by_then}");
     assert!(sent * 2 < total, "{sent} SETs for {total} acquisitions");
+}
+
+/// `local_handoff(0, ..)` turns it off: a waiter takes the lock from Redis, with a value of
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_off_can_be_turned_off() {
+    let server = RedisServer::start();
+    let locks = Client::builder(&server.url())
+        .local_handoff(0, Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let ttl = Duration::from_secs(5);
+    let held = locks
+        .lock("off")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let taken = value(&server, "off").await;
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(as_other_owner(async move {
+            locks
+                .lock("off")
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }))
+    };
+    let parked = wait_until_async(Duration::from_secs(10), || async {
+        subscribers(&server, &wake_channel("off")).await > 0
+    })
+    .await;
+    assert!(parked);
+    assert_eq!(
+        handoff_waiters(&locks, "off"),
+        0,
+        "a slot opened with hand-off off"
+    );
+    let sets = calls(&server, "set");
+    held.release().await.expect("release");
+    let guard = waiter.await.expect("task").expect("acquired");
+    assert!(
+        calls(&server, "set") > sets,
+        "the waiter took no hold of its own"
+    );
+    assert_ne!(value(&server, "off").await, taken);
+    guard.release().await.expect("release");
 }

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, assert_safe, client, run_contenders};
+use common::{as_other_owner, assert_safe, client, run_contenders, subscribers};
 use distlock_testkit::{wait_until_async, Observer, RedisServer};
 
 /// Every command the lock server executed, less the INFO calls that read them. This counts
@@ -14,17 +14,6 @@ fn commands(server: &RedisServer) -> u64 {
     let mut stats = server.commandstats();
     stats.remove("info");
     stats.values().sum()
-}
-
-async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let (_, n): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut server.async_connection().await)
-        .await
-        .map(|v: Vec<(String, i64)>| v.into_iter().next().expect("one channel"))
-        .expect("PUBSUB NUMSUB");
-    n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,18 @@ pub async fn pttl(server: &RedisServer, name: &str) -> i64 {
         .expect("PTTL")
 }
 
+/// Connections subscribed to `channel` on `server` (`PUBSUB NUMSUB`): a waiter has parked
+/// once its connection is subscribed to the lock's wake-up channel.
+pub async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut server.async_connection().await)
+        .await
+        .expect("PUBSUB NUMSUB");
+    counts.first().map_or(0, |(_, n)| *n)
+}
+
 /// Runs `f` as an owner distinct from the calling task.
 pub async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
     LockContext::new().scope(f).await
