@@ -501,9 +501,29 @@ impl ClientBuilder {
     /// passes within 25 ms. `local_handoff(0, Duration::ZERO)` turns it off: every
     /// acquisition then takes the lock from Redis with a token of its own.
     ///
+    /// Only interchangeable holds pass: the waiter asked for the same ttl, renewal period,
+    /// label and locked fn (as traces and metrics name them), the watchdog is on, at least half the lease is left, and neither side asked for
+    /// a fencing token, replica acknowledgement, `max_hold` or `min_hold` (those waiters get a
+    /// real release, and nobody behind them overtakes them). Reentrant and read/write locks
+    /// never pass (their hold names the owning task on the server); nor does a quorum. The
+    /// waiter's guard shares the lease: [`Guard::is_held`](crate::Guard::is_held) and renewal
+    /// go on as before, and [`Client::inspect`] shows the task that took the lock from Redis.
+    /// A waiter whose future is dropped after the hold reached it releases it in the
+    /// background.
+    ///
     /// A longer window lets a busy lock stay in this process for longer (higher throughput
-    /// for its tasks, longer waits for other processes' waiters); see the README's "Local
-    /// hand-off" for what is passed and what is not.
+    /// for its tasks, longer waits for other processes' waiters).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// // Every acquisition takes the lock from Redis, with an owner token of its own.
+    /// let locks = distlock::Client::builder("redis://127.0.0.1/")
+    ///     .local_handoff(0, Duration::ZERO)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn local_handoff(mut self, passes: u32, window: Duration) -> Self {
         self.handoff = HandOffLimits { passes, window };
         self

@@ -185,6 +185,12 @@ impl Guard {
     /// the release goes on in the background while the lease lasts. Dropping this future
     /// before it finished also finishes the release in the background.
     ///
+    /// When another task of this client waits for the same setnx lock on the same terms, the
+    /// hold passes straight to it and no command is sent (see
+    /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff) for the bounds):
+    /// Redis keeps the lock, its value and its lease, and the waiter's guard carries on with
+    /// them. Dropping the guard does the same.
+    ///
     /// With [`LockRequest::min_hold`](crate::LockRequest::min_hold), a release before that
     /// time leaves the lock in place until then: the lease is made to last that long (one
     /// owner-checked extension) or, when it already does, a background task releases the

@@ -120,7 +120,10 @@ impl<'c> LockRequest<'c> {
     /// skips the counter (the other modes). The README's Performance section gives the
     /// figures. A read lock's token is the token of the latest fenced write (see
     /// [`Client::read`]); a re-entry keeps its tenure's token, and a re-entry that asks for
-    /// fencing in a tenure taken without it mints the tenure's token then.
+    /// fencing in a tenure taken without it mints the tenure's token then. A fenced request
+    /// is never handed a hold by a local holder (see
+    /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)): each fenced
+    /// acquisition takes the lock from Redis and gets a token of its own.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
