@@ -41,6 +41,10 @@ type ChannelMap = HashMap<Arc<[u8]>, Arc<Channel>, foldhash::quality::RandomStat
 #[derive(Default)]
 pub(crate) struct Channels {
     map: Mutex<ChannelMap>,
+    /// Local first attempts in flight, per lock key. Kept apart from the channels so that an
+    /// uncontended acquisition (an attempt nobody waits behind) makes no channel entry: that
+    /// allocation and its teardown were a twentieth of the client's work per cycle.
+    attempts: Mutex<HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>>,
 }
 
 struct Channel {
@@ -61,8 +65,6 @@ struct Channel {
     /// Local waiters woken by a release of this process hold back until then, so that
     /// waiters of other processes get the lock as often as ours (see `before_release`).
     courtesy_until: Mutex<Option<Instant>>,
-    /// Local first attempts in flight.
-    attempting: AtomicUsize,
     /// The server dropped the subscription (a Cluster slot migrated away, taking its shard
     /// channels along): the next waiter to sleep subscribes again.
     dropped: AtomicBool,
@@ -86,7 +88,6 @@ impl Channel {
             holder_until: Mutex::new(None),
             rival_seen: Mutex::new(None),
             courtesy_until: Mutex::new(None),
-            attempting: AtomicUsize::new(0),
             dropped: AtomicBool::new(false),
             handoff: handoff::Queue::default(),
         })
@@ -137,15 +138,19 @@ pub(crate) enum Arrival {
 /// A local first attempt in flight.
 pub(crate) struct InFlight {
     key: LockKey,
-    ch: Arc<Channel>,
     channels: Weak<Channels>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.ch.attempting.fetch_sub(1, Ordering::AcqRel);
         if let Some(channels) = self.channels.upgrade() {
-            channels.forget_if_idle(self.key.lock(), &self.ch);
+            let mut attempts = channels.attempts();
+            if let Some(n) = attempts.get_mut(self.key.lock()) {
+                *n -= 1;
+                if *n == 0 {
+                    attempts.remove(self.key.lock());
+                }
+            }
         }
     }
 }
@@ -218,20 +223,23 @@ impl Channels {
     /// crowd arriving together would all hit Redis. Otherwise the caller attempts, marked as
     /// in flight until the returned [`Arrival::Attempt`] is dropped.
     pub(crate) fn arrive(self: &Arc<Self>, key: &LockKey) -> Arrival {
-        // The map stays locked until this caller is counted in, so an arrival and a
-        // `forget_if_idle` cannot interleave.
-        let mut map = self.lock();
-        let ch = Self::entry(&mut map, key);
-        if ch.waiters.load(Ordering::Acquire) > 0 || ch.attempting.load(Ordering::Acquire) > 0 {
-            let until = *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner());
+        // The channels stay locked until this caller is counted in (always in this order:
+        // channels, then attempts), so a waiter that subscribes meanwhile is seen.
+        let map = self.lock();
+        let mut attempts = self.attempts();
+        let waiting = map.get(key.lock());
+        let busy = waiting.is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
+            || attempts.contains_key(key.lock());
+        if busy {
+            let until = waiting
+                .and_then(|ch| *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner()));
             return Arrival::Queue {
                 holder_until: until.filter(|&t| t > Instant::now()),
             };
         }
-        ch.attempting.fetch_add(1, Ordering::AcqRel);
+        attempts.insert(key.shared().clone(), 1);
         Arrival::Attempt(InFlight {
             key: key.clone(),
-            ch,
             channels: Arc::downgrade(self),
         })
     }
@@ -283,7 +291,6 @@ impl Channels {
     fn forget_if_idle(&self, key: &[u8], ch: &Arc<Channel>) {
         let mut map = self.lock();
         let idle = ch.waiters.load(Ordering::Acquire) == 0
-            && ch.attempting.load(Ordering::Acquire) == 0
             && ch.subscribed.try_lock().is_ok_and(|s| s.is_empty());
         if idle && map.get(key).is_some_and(|c| Arc::ptr_eq(c, ch)) {
             map.remove(key);
@@ -292,6 +299,12 @@ impl Channels {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ChannelMap> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attempts(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>> {
+        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
