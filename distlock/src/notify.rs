@@ -231,8 +231,8 @@ impl Channels {
         let busy = waiting.is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
             || attempts.contains_key(key.lock());
         if busy {
-            let until = waiting
-                .and_then(|ch| *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner()));
+            let until =
+                waiting.and_then(|ch| *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner()));
             return Arrival::Queue {
                 holder_until: until.filter(|&t| t > Instant::now()),
             };
