@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{as_other_owner, client, lock_key, pttl, subscribers};
 use distlock::__private::handoff_waiters;
-use distlock::Client;
+use distlock::{Client, Error, Guard};
 use distlock_testkit::{wait_until_async, RedisServer};
 
 /// Calls of `command` the server executed so far (scripts' inner calls included).
@@ -25,8 +25,34 @@ async fn value(server: &RedisServer, name: &str) -> Option<String> {
         .expect("GET")
 }
 
-fn wake_channel(name: &str) -> String {
-    format!("{}:wake", lock_key(name))
+/// A task of `locks` (as an owner of its own) that waits up to 20 s for the lock `name`.
+fn spawn_waiter(
+    locks: &Client,
+    name: &'static str,
+    ttl: Duration,
+    fencing: bool,
+) -> tokio::task::JoinHandle<Result<Guard, Error>> {
+    let locks = locks.clone();
+    tokio::spawn(as_other_owner(async move {
+        locks
+            .lock(name)
+            .ttl(ttl)
+            .fencing(fencing)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    }))
+}
+
+/// Waits until a waiter for `name` has parked: its connection listens on the lock's wake-up
+/// channel.
+async fn parked(server: &RedisServer, name: &str) {
+    let channel = format!("{}:wake", lock_key(name));
+    let parked = wait_until_async(Duration::from_secs(10), || async {
+        subscribers(server, &channel).await > 0
+    })
+    .await;
+    assert!(parked, "no waiter for {name} parked");
 }
 
 /// A client whose holds pass between its tasks however long the test took to set up: the
@@ -60,17 +86,7 @@ async fn a_release_passes_the_lock_to_a_waiting_task_without_a_command() {
         .await
         .expect("free");
     let taken = value(&server, "pass").await.expect("held");
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(as_other_owner(async move {
-            locks
-                .lock("pass")
-                .ttl(ttl)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }))
-    };
+    let waiter = spawn_waiter(&locks, "pass", ttl, false);
     waiting(&locks, "pass", 1).await;
     let (sets, dels, publishes) = (
         calls(&server, "set"),
@@ -103,17 +119,7 @@ async fn the_watchdog_keeps_renewing_a_handed_lease() {
         .try_acquire()
         .await
         .expect("free");
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(as_other_owner(async move {
-            locks
-                .lock("renewed")
-                .ttl(ttl)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }))
-    };
+    let waiter = spawn_waiter(&locks, "renewed", ttl, false);
     waiting(&locks, "renewed", 1).await;
     let taken = value(&server, "renewed").await;
     held.release().await.expect("release");
@@ -181,23 +187,8 @@ async fn a_fenced_waiter_is_not_handed_a_hold_without_a_token() {
         .try_acquire()
         .await
         .expect("free");
-    let fenced = {
-        let locks = locks.clone();
-        tokio::spawn(as_other_owner(async move {
-            locks
-                .lock("fenced")
-                .ttl(ttl)
-                .fencing(true)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }))
-    };
-    let subscribed = wait_until_async(Duration::from_secs(10), || async {
-        subscribers(&server, &wake_channel("fenced")).await > 0
-    })
-    .await;
-    assert!(subscribed);
+    let fenced = spawn_waiter(&locks, "fenced", ttl, true);
+    parked(&server, "fenced").await;
     let sets = calls(&server, "set");
     held.release().await.expect("release");
     let guard = fenced.await.expect("task").expect("acquired");
@@ -292,22 +283,8 @@ async fn hand_off_can_be_turned_off() {
         .await
         .expect("free");
     let taken = value(&server, "off").await;
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(as_other_owner(async move {
-            locks
-                .lock("off")
-                .ttl(ttl)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }))
-    };
-    let parked = wait_until_async(Duration::from_secs(10), || async {
-        subscribers(&server, &wake_channel("off")).await > 0
-    })
-    .await;
-    assert!(parked);
+    let waiter = spawn_waiter(&locks, "off", ttl, false);
+    parked(&server, "off").await;
     assert_eq!(
         handoff_waiters(&locks, "off"),
         0,
