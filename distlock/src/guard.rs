@@ -361,16 +361,28 @@ impl Drop for Guard {
             return;
         }
         if !self.released {
-            let until = Some(self.lease.valid_until());
-            spawn_release(
+            release_in_background(
                 &self.client,
                 self.algorithm,
-                self.key.clone(),
-                self.id.clone(),
-                until,
+                &self.key,
+                &self.id,
+                &self.lease,
             );
         }
     }
+}
+
+/// [`spawn_release`] of a hold whose lease is `lease`: retried while the lease lasts, since
+/// the lock frees itself then. Used by a dropped guard and by a hand-off nobody took.
+pub(crate) fn release_in_background(
+    client: &Client,
+    algorithm: &'static Algorithm,
+    key: &LockKey,
+    id: &HoldId,
+    lease: &LeaseState,
+) {
+    let until = Some(lease.valid_until());
+    spawn_release(client, algorithm, key.clone(), id.clone(), until);
 }
 
 /// Sends the release, and again after a transport failure (the scripts make it idempotent),

@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 use crate::algorithm::{Algorithm, HoldId};
 use crate::client::Client;
 use crate::context::LockContext;
-use crate::guard::spawn_release;
+use crate::guard::release_in_background;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::telemetry::Labels;
@@ -136,13 +136,12 @@ impl Drop for Transfer {
         if let Some(watch) = self.watch.take() {
             inner.watchdog.unwatch(watch);
         }
-        let until = Some(self.lease.valid_until());
-        spawn_release(
+        release_in_background(
             &self.client,
             self.algorithm,
-            self.key.clone(),
-            self.id.clone(),
-            until,
+            &self.key,
+            &self.id,
+            &self.lease,
         );
     }
 }
