@@ -39,6 +39,10 @@ pub(crate) struct HoldId {
     /// Who took it (`token::holder`), stored by the acquire script with the acquisition for
     /// inspection; empty where the owner token already carries it (setnx).
     pub(crate) holder: Arc<str>,
+    /// Which of a single node's connections its commands travel on (see
+    /// [`Node::lane`](crate::quorum::Node::lane)): the taking task's, so that a task's
+    /// acquisitions keep to one connection.
+    pub(crate) lane: u32,
 }
 
 /// One lock mode's scripts.
@@ -211,25 +215,29 @@ impl Algorithm {
     ) -> Result<Attempt, Error> {
         let key = call.key;
         if !call.plain {
-            let reply: Value = invoke(&self.acquire, &call.cmd, conn)
+            // Boxed: the fenced acquisition would size the plain one's future too.
+            let reply: Value = Box::pin(invoke(&self.acquire, &call.cmd, conn))
                 .await
                 .map_err(|e| script_error(Op::Acquire, key, e))?;
             return parse_acquire(self.name, key, reply);
         }
         let reply: Value = match call.cmd.query_async(conn).await {
             Ok(reply) => reply,
-            Err(e) if is_wrong_type(&e) => return self.settle_by_script(conn, call, false).await,
+            Err(e) if is_wrong_type(&e) => {
+                return Box::pin(self.settle_by_script(conn, call, false)).await
+            }
             // A server older than 7.0 refuses NX with GET: its script does the same work.
             Err(e) if is_syntax_error(&e) => {
                 SET_NX_GET_REFUSED.store(true, Ordering::Relaxed);
-                return self.settle_by_script(conn, call, false).await;
+                return Box::pin(self.settle_by_script(conn, call, false)).await;
             }
             Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
         };
         match reply {
             Value::Nil => Ok(Attempt::Acquired { fence: None }),
             Value::BulkString(held) if held == call.id.owner.as_bytes() => {
-                self.settle_by_script(conn, call, true).await
+                // Boxed, like the other rare paths: it would size every attempt's future.
+                Box::pin(self.settle_by_script(conn, call, true)).await
             }
             Value::BulkString(held) => {
                 if !(call.ask.waits && call.ask.want_holder_ttl) && is_lock_value(&held) {

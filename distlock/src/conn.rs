@@ -5,7 +5,9 @@
 //! watchdog, the wake-ups) talks to a [`Conn`] through `redis::aio::ConnectionLike` and does
 //! not know which deployment is behind it. The differences live here:
 //!
-//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself;
+//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself; a client
+//!   opens several and keeps each acquisition's commands on one of them (see
+//!   `quorum::Node::lane`);
 //! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
 //!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a
 //!   failover. Wake-ups use sharded pub/sub (`SSUBSCRIBE`, and the release scripts

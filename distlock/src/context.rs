@@ -84,6 +84,13 @@ impl LockContext {
         }
     }
 
+    /// Which of a single node's connections this owner's commands travel on (modulo their
+    /// number): a hash, so that tasks spread over them.
+    pub(crate) fn lane(&self) -> u32 {
+        use std::hash::BuildHasher as _;
+        foldhash::fast::FixedState::with_seed(0).hash_one(self) as u32
+    }
+
     /// A fresh identity, distinct from every task's and every other context's.
     #[allow(clippy::new_without_default)]
     pub fn new() -> LockContext {

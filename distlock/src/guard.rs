@@ -195,64 +195,69 @@ impl Guard {
     /// time leaves the lock in place until then: the lease is made to last that long (one
     /// owner-checked extension) or, when it already does, a background task releases the
     /// lock at that time (and if this process ends first, the lease ends it within its ttl).
-    pub async fn release(mut self) -> Result<(), Error> {
-        if self.hand_off() {
-            return Ok(());
-        }
-        let held_for = self.held_for();
-        self.unregister();
-        let nodes = self.client.inner().nodes.clone();
-        let labels = self.lease.labels.clone();
-        if let Some(left) = self.min_hold_left() {
-            let remaining = self.remaining();
-            // Never released early, whatever happens next.
-            self.released = true;
-            // Boxed: rare, and it would size every release's future.
-            let kept = Box::pin(keep(
-                nodes,
-                self.algorithm,
-                self.key.clone(),
-                self.id.clone(),
-                left,
-                remaining,
-                self.lease.valid_until(),
-            ))
-            .await;
-            return match kept {
-                Ok(true) => Ok(()),
-                Ok(false) => {
-                    labels.released(held_for, false);
-                    Err(Error::NotOwner {
-                        key: self.key.name().to_owned(),
-                    })
-                }
-                Err(e) => Err(e),
-            };
-        }
-        let until = self.lease.valid_until();
-        let result = release_retrying(
-            &nodes,
-            self.algorithm,
-            &self.key,
-            &self.id,
-            until,
-            RELEASE_TRIES,
-        )
-        .await;
-        match result {
-            Ok(released) => {
-                self.released = true;
-                labels.released(held_for, released);
-                if released {
-                    Ok(())
-                } else {
-                    Err(Error::NotOwner {
-                        key: self.key.name().to_owned(),
-                    })
-                }
+    // Not an `async fn`: that would keep the guard twice in the future (as its argument
+    // and as the local it is moved to), and every release moves the future.
+    #[allow(clippy::manual_async_fn)]
+    pub fn release(mut self) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        async move {
+            if self.hand_off() {
+                return Ok(());
             }
-            // `Drop` carries on in the background.
-            Err(e) => Err(e),
+            let held_for = self.held_for();
+            self.unregister();
+            let nodes = self.client.inner().nodes.clone();
+            let labels = self.lease.labels.clone();
+            if let Some(left) = self.min_hold_left() {
+                let remaining = self.remaining();
+                // Never released early, whatever happens next.
+                self.released = true;
+                // Boxed: rare, and it would size every release's future.
+                let kept = Box::pin(keep(
+                    nodes,
+                    self.algorithm,
+                    self.key.clone(),
+                    self.id.clone(),
+                    left,
+                    remaining,
+                    self.lease.valid_until(),
+                ))
+                .await;
+                return match kept {
+                    Ok(true) => Ok(()),
+                    Ok(false) => {
+                        labels.released(held_for, false);
+                        Err(Error::NotOwner {
+                            key: self.key.name().to_owned(),
+                        })
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+            let until = self.lease.valid_until();
+            let result = release_retrying(
+                &nodes,
+                self.algorithm,
+                &self.key,
+                &self.id,
+                until,
+                RELEASE_TRIES,
+            )
+            .await;
+            match result {
+                Ok(released) => {
+                    self.released = true;
+                    labels.released(held_for, released);
+                    if released {
+                        Ok(())
+                    } else {
+                        Err(Error::NotOwner {
+                            key: self.key.name().to_owned(),
+                        })
+                    }
+                }
+                // `Drop` carries on in the background.
+                Err(e) => Err(e),
+            }
         }
     }
 

@@ -105,7 +105,8 @@ mod watchdog;
 
 pub use client::{
     default_client, default_quorum_client, set_default, Client, ClientBuilder, Replicas,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT, MAX_CONNECTIONS,
 };
 pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};

@@ -1,6 +1,7 @@
 //! Taking a lock: the request builder and the one acquire loop every mode goes through.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::panic::Location;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,17 +199,23 @@ impl<'c> LockRequest<'c> {
 
     /// Takes the lock, waiting up to the configured wait. Fails with [`Error::Timeout`] when
     /// it stayed busy, or with the connection's error when Redis stayed unreachable.
-    pub async fn acquire(self) -> Result<Guard, Error> {
+    ///
+    /// The future is `Send` and about 2 KB: handlers and services that box their futures
+    /// (axum, tower) allocate it with every call.
+    pub fn acquire(self) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
         let wait = self.wait;
-        self.run(wait).await
+        self.run(wait)
     }
 
     /// One attempt: fails at once with [`Error::Busy`] if someone else holds the lock.
-    pub async fn try_acquire(self) -> Result<Guard, Error> {
-        self.run(Duration::ZERO).await
+    pub fn try_acquire(self) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
+        self.run(Duration::ZERO)
     }
 
-    async fn run(self, wait: Duration) -> Result<Guard, Error> {
+    // Not `async fn`s, these three: each `async fn` layer that takes the request by value
+    // keeps a copy of it in its future, and every acquisition moves (and a boxing caller
+    // allocates) the whole future.
+    fn run(self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
         let labels = Arc::new(Labels {
             mode: self.algorithm.name,
             key: self.label.clone(),
@@ -219,8 +226,273 @@ impl<'c> LockRequest<'c> {
             site: self.site,
         });
         let span = labels.acquire_span();
-        let started = Instant::now();
-        let result = self.attempt(wait, &labels).instrument(span.clone()).await;
+        Acquiring {
+            attempt: self.attempt(wait, labels.clone()).instrument(span),
+            labels,
+            started: None,
+        }
+    }
+
+    fn attempt(
+        self,
+        wait: Duration,
+        labels: Arc<Labels>,
+    ) -> impl Future<Output = Result<(Guard, u32), Error>> + Send + 'c {
+        // Taken apart before the future is made: it then keeps the fields it uses, not the
+        // whole request twice (an `async fn` keeps its arguments apart from its locals).
+        let LockRequest {
+            client,
+            algorithm,
+            key,
+            ttl,
+            wait: _,
+            watchdog,
+            renew_every,
+            max_hold,
+            replicas,
+            min_hold,
+            fencing,
+            label,
+            record_name: _,
+            site,
+            caller,
+        } = self;
+        drop(label);
+        async move {
+            let key = key?;
+            let ttl_ms = lease::ttl_ms(ttl)?;
+            let ttl = Duration::from_millis(ttl_ms);
+            let period = renew_period(watchdog, renew_every, ttl)?;
+            if client.is_quorum() && !algorithm.quorum {
+                return Err(Error::config(format!(
+                    "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
+                    algorithm.name
+                )));
+            }
+            let grant = Grant {
+                client,
+                algorithm,
+                max_hold,
+                min_hold,
+            };
+            let site = match site {
+                Some(site) => token::Site::Fn(site),
+                None => token::Site::Caller(caller),
+            };
+            let inner = client.inner();
+            let replicas = replicas.or(inner.replicas);
+            if let Some(replicas) = &replicas {
+                if client.is_quorum() {
+                    return Err(Error::config(
+                        "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
+                    ));
+                }
+                replicas.validate(inner.response_timeout)?;
+            }
+            // The current context, or the one around it that already holds this lock.
+            let holder = inner.holder_in_scope(key.lock());
+            let context = holder.unwrap_or_else(LockContext::current);
+            if algorithm.owner == OwnerKind::Token && holder.is_some() {
+                return Err(Error::Reentrant {
+                    key: key.name().to_owned(),
+                });
+            }
+            // Who takes it, for inspection: in the owner token itself (setnx, one buffer per
+            // acquisition), or stored beside the owner's hold by the script.
+            let (context_owner, holder_text): (Arc<str>, Arc<str>) = match algorithm.owner {
+                OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
+                OwnerKind::Context => (
+                    Arc::from(format!("{}:{context}", inner.id)),
+                    Arc::from(token::holder(&site)),
+                ),
+            };
+            // An id names one acquisition: a retry after a lost reply finds its own hold in place
+            // and takes it instead of waiting on itself or counting it twice.
+            let lane = context.lane();
+            let fresh_id = || match algorithm.owner {
+                OwnerKind::Token => HoldId {
+                    owner: token::owner_token_described(site),
+                    nonce: token::no_nonce(),
+                    holder: token::no_nonce(),
+                    lane,
+                },
+                OwnerKind::Context => HoldId {
+                    owner: context_owner.clone(),
+                    nonce: inner.nonce(),
+                    holder: holder_text.clone(),
+                    lane,
+                },
+            };
+            // Holds that may pass from task to task in this process without a round trip: the
+            // interchangeable ones (see `handoff`).
+            let terms = match period {
+                Some(period)
+                    if inner.handoff.passes > 0
+                        && algorithm.owner == OwnerKind::Token
+                        && !client.is_quorum()
+                        && !fencing
+                        && max_hold.is_none()
+                        && min_hold.is_none()
+                        && replicas.is_none() =>
+                {
+                    Some(Terms {
+                        algorithm,
+                        ttl_ms,
+                        period,
+                        labels: labels.clone(),
+                        limits: inner.handoff,
+                    })
+                }
+                _ => None,
+            };
+            let started = Instant::now();
+            let deadline = started.checked_add(wait);
+            let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone());
+            // Tasks of this process already waiting for the lock go first (unless holders may
+            // share it: a reader can get in beside the readers inside). A re-entry never queues:
+            // those tasks wait for the very hold it extends.
+            if !wait.is_zero() && !algorithm.shared && holder.is_none() {
+                waiter.arrive(wait).await;
+                if let Some(transfer) = waiter.take_handed() {
+                    return Ok((grant.adopt(transfer, context, terms), 0));
+                }
+            }
+            let mut attempts = 0u32;
+            // Set once a request may have reached the server without its answer reaching us.
+            let mut unsure = false;
+            // Armed while an attempt may have taken the lock unseen: if this future is dropped
+            // then (a timeout around `acquire`, a handler whose client went away), the hold is
+            // given back in the background instead of blocking the lock for its whole ttl.
+            let mut pending = Pending {
+                client,
+                algorithm,
+                key: &key,
+                id: fresh_id(),
+                ttl,
+                armed: false,
+            };
+            loop {
+                attempts += 1;
+                let sent = Instant::now();
+                let ask = Ask {
+                    unsure,
+                    want_holder_ttl: !waiter.knows_holder(),
+                    waits: !wait.is_zero(),
+                    fencing,
+                };
+                pending.armed = true;
+                let (error, holder_ttl) = match inner
+                    .nodes
+                    .acquire(algorithm, &key, &pending.id, ttl_ms, ask, replicas)
+                    .await
+                {
+                    Ok(Attempt::Acquired { fence }) => {
+                        let state = Arc::new(LeaseState::new(sent, ttl, labels.clone()));
+                        if state.is_valid() {
+                            pending.armed = false;
+                            let tenure = terms.clone().map(|terms| Tenure {
+                                terms,
+                                context,
+                                passes: 0,
+                                since: sent,
+                            });
+                            let guard = grant.guard(
+                                key.clone(),
+                                pending.id.clone(),
+                                context,
+                                fence,
+                                sent,
+                                ttl_ms,
+                                period,
+                                state,
+                                tenure,
+                            );
+                            return Ok((guard, attempts));
+                        }
+                        // The answer came so late that the lease is already spent: give it back
+                        // and carry on as if the lock were busy, as a new acquisition. With the
+                        // same id, the give-back (sent in the background) could arrive after the
+                        // next attempt took the lock and free that hold (spec/: found by the
+                        // model checker).
+                        pending.give_back();
+                        pending.id = fresh_id();
+                        unsure = false;
+                        (None, None)
+                    }
+                    // The scripts check for this acquisition's own hold, so busy means not ours.
+                    Ok(Attempt::Busy { holder_ttl }) => {
+                        pending.armed = false;
+                        waiter.busy_after_release();
+                        (None, holder_ttl)
+                    }
+                    // The connection failed, or too few quorum nodes answered: maybe only for now.
+                    Err(e) if transient(&e, &inner.nodes) => {
+                        unsure = true;
+                        (Some(e), None)
+                    }
+                    // Taken, but too few replicas confirmed it: a failover could lose it. Give it
+                    // back before saying so, so no lock is left behind by a failed call.
+                    Err(e @ Error::ReplicasNotConfirmed { .. }) => {
+                        let nodes = inner.nodes.clone();
+                        let give_back =
+                            crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl);
+                        if Box::pin(give_back).await {
+                            pending.armed = false;
+                        }
+                        return Err(e);
+                    }
+                    // `pending` gives back what an earlier, unanswered attempt may have taken.
+                    Err(e) => return Err(e),
+                };
+                let left = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                if left.is_zero() {
+                    return Err(match error {
+                        Some(e) => e,
+                        None if wait.is_zero() => Error::Busy {
+                            key: key.name().to_owned(),
+                        },
+                        None => Error::Timeout {
+                            key: key.name().to_owned(),
+                            waited: started.elapsed(),
+                            attempts,
+                        },
+                    });
+                }
+                waiter.pause(holder_ttl, error.is_some(), left).await;
+                if let Some(transfer) = waiter.take_handed() {
+                    return Ok((grant.adopt(transfer, context, terms), attempts));
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An acquisition: its attempts inside its span, then the outcome reported to traces
+    /// and metrics. Written by hand: an `async` block around the attempts would keep them
+    /// twice in its future (once captured, once awaited).
+    struct Acquiring<F> {
+        #[pin]
+        attempt: tracing::instrument::Instrumented<F>,
+        labels: Arc<Labels>,
+        started: Option<Instant>,
+    }
+}
+
+impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
+    type Output = Result<Guard, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut this = self.project();
+        let started = *this.started.get_or_insert_with(Instant::now);
+        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
+            return std::task::Poll::Pending;
+        };
         let (outcome, attempts, fence, error) = match &result {
             Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
             Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
@@ -229,216 +501,10 @@ impl<'c> LockRequest<'c> {
             }
             Err(e) => (Outcome::Error, 0, None, Some(e)),
         };
-        labels.acquired(&span, outcome, started.elapsed(), attempts, fence, error);
-        result.map(|(guard, _)| guard)
-    }
-
-    async fn attempt(self, wait: Duration, labels: &Arc<Labels>) -> Result<(Guard, u32), Error> {
-        let key = self.key?;
-        let ttl_ms = lease::ttl_ms(self.ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
-        let period = renew_period(self.watchdog, self.renew_every, ttl)?;
-        let (client, algorithm) = (self.client, self.algorithm);
-        if client.is_quorum() && !algorithm.quorum {
-            return Err(Error::config(format!(
-                "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
-                algorithm.name
-            )));
-        }
-        let grant = Grant {
-            client,
-            algorithm,
-            max_hold: self.max_hold,
-            min_hold: self.min_hold,
-        };
-        let (site, caller) = (self.site, self.caller);
-        let site = match site {
-            Some(site) => token::Site::Fn(site),
-            None => token::Site::Caller(caller),
-        };
-        let inner = client.inner();
-        let replicas = self.replicas.or(inner.replicas);
-        if let Some(replicas) = &replicas {
-            if client.is_quorum() {
-                return Err(Error::config(
-                    "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
-                ));
-            }
-            replicas.validate(inner.response_timeout)?;
-        }
-        // The current context, or the one around it that already holds this lock.
-        let holder = inner.holder_in_scope(key.lock());
-        let context = holder.unwrap_or_else(LockContext::current);
-        if algorithm.owner == OwnerKind::Token && holder.is_some() {
-            return Err(Error::Reentrant {
-                key: key.name().to_owned(),
-            });
-        }
-        // Who takes it, for inspection: in the owner token itself (setnx, one buffer per
-        // acquisition), or stored beside the owner's hold by the script.
-        let (context_owner, holder_text): (Arc<str>, Arc<str>) = match algorithm.owner {
-            OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
-            OwnerKind::Context => (
-                Arc::from(format!("{}:{context}", inner.id)),
-                Arc::from(token::holder(&site)),
-            ),
-        };
-        // An id names one acquisition: a retry after a lost reply finds its own hold in place
-        // and takes it instead of waiting on itself or counting it twice.
-        let fresh_id = || match algorithm.owner {
-            OwnerKind::Token => HoldId {
-                owner: token::owner_token_described(site),
-                nonce: token::no_nonce(),
-                holder: token::no_nonce(),
-            },
-            OwnerKind::Context => HoldId {
-                owner: context_owner.clone(),
-                nonce: inner.nonce(),
-                holder: holder_text.clone(),
-            },
-        };
-        // Holds that may pass from task to task in this process without a round trip: the
-        // interchangeable ones (see `handoff`).
-        let terms = match period {
-            Some(period)
-                if inner.handoff.passes > 0
-                    && algorithm.owner == OwnerKind::Token
-                    && !client.is_quorum()
-                    && !self.fencing
-                    && self.max_hold.is_none()
-                    && self.min_hold.is_none()
-                    && replicas.is_none() =>
-            {
-                Some(Terms {
-                    algorithm,
-                    ttl_ms,
-                    period,
-                    labels: labels.clone(),
-                    limits: inner.handoff,
-                })
-            }
-            _ => None,
-        };
-        let started = Instant::now();
-        let deadline = started.checked_add(wait);
-        let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone());
-        // Tasks of this process already waiting for the lock go first (unless holders may
-        // share it: a reader can get in beside the readers inside). A re-entry never queues:
-        // those tasks wait for the very hold it extends.
-        if !wait.is_zero() && !algorithm.shared && holder.is_none() {
-            waiter.arrive(wait).await;
-            if let Some(transfer) = waiter.take_handed() {
-                return Ok((grant.adopt(transfer, context, terms), 0));
-            }
-        }
-        let mut attempts = 0u32;
-        // Set once a request may have reached the server without its answer reaching us.
-        let mut unsure = false;
-        // Armed while an attempt may have taken the lock unseen: if this future is dropped
-        // then (a timeout around `acquire`, a handler whose client went away), the hold is
-        // given back in the background instead of blocking the lock for its whole ttl.
-        let mut pending = Pending {
-            client,
-            algorithm,
-            key: &key,
-            id: fresh_id(),
-            ttl,
-            armed: false,
-        };
-        loop {
-            attempts += 1;
-            let sent = Instant::now();
-            let ask = Ask {
-                unsure,
-                want_holder_ttl: !waiter.knows_holder(),
-                waits: !wait.is_zero(),
-                fencing: self.fencing,
-            };
-            pending.armed = true;
-            let (error, holder_ttl) = match inner
-                .nodes
-                .acquire(algorithm, &key, &pending.id, ttl_ms, ask, replicas)
-                .await
-            {
-                Ok(Attempt::Acquired { fence }) => {
-                    let state = Arc::new(LeaseState::new(sent, ttl, labels.clone()));
-                    if state.is_valid() {
-                        pending.armed = false;
-                        let tenure = terms.clone().map(|terms| Tenure {
-                            terms,
-                            context,
-                            passes: 0,
-                            since: sent,
-                        });
-                        let guard = grant.guard(
-                            key.clone(),
-                            pending.id.clone(),
-                            context,
-                            fence,
-                            sent,
-                            ttl_ms,
-                            period,
-                            state,
-                            tenure,
-                        );
-                        return Ok((guard, attempts));
-                    }
-                    // The answer came so late that the lease is already spent: give it back
-                    // and carry on as if the lock were busy, as a new acquisition. With the
-                    // same id, the give-back (sent in the background) could arrive after the
-                    // next attempt took the lock and free that hold (spec/: found by the
-                    // model checker).
-                    pending.give_back();
-                    pending.id = fresh_id();
-                    unsure = false;
-                    (None, None)
-                }
-                // The scripts check for this acquisition's own hold, so busy means not ours.
-                Ok(Attempt::Busy { holder_ttl }) => {
-                    pending.armed = false;
-                    waiter.busy_after_release();
-                    (None, holder_ttl)
-                }
-                // The connection failed, or too few quorum nodes answered: maybe only for now.
-                Err(e) if transient(&e, &inner.nodes) => {
-                    unsure = true;
-                    (Some(e), None)
-                }
-                // Taken, but too few replicas confirmed it: a failover could lose it. Give it
-                // back before saying so, so no lock is left behind by a failed call.
-                Err(e @ Error::ReplicasNotConfirmed { .. }) => {
-                    let nodes = inner.nodes.clone();
-                    let give_back =
-                        crate::guard::release_now(&nodes, algorithm, &key, &pending.id, ttl);
-                    if Box::pin(give_back).await {
-                        pending.armed = false;
-                    }
-                    return Err(e);
-                }
-                // `pending` gives back what an earlier, unanswered attempt may have taken.
-                Err(e) => return Err(e),
-            };
-            let left = deadline.map_or(Duration::MAX, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            if left.is_zero() {
-                return Err(match error {
-                    Some(e) => e,
-                    None if wait.is_zero() => Error::Busy {
-                        key: key.name().to_owned(),
-                    },
-                    None => Error::Timeout {
-                        key: key.name().to_owned(),
-                        waited: started.elapsed(),
-                        attempts,
-                    },
-                });
-            }
-            waiter.pause(holder_ttl, error.is_some(), left).await;
-            if let Some(transfer) = waiter.take_handed() {
-                return Ok((grant.adopt(transfer, context, terms), attempts));
-            }
-        }
+        let span = this.attempt.span();
+        this.labels
+            .acquired(span, outcome, started.elapsed(), attempts, fence, error);
+        std::task::Poll::Ready(result.map(|(guard, _)| guard))
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Every release script publishes on the lock's channel (`<lock key>:wake`, same slot), with
 //! the payload `all` when every waiter should try (readers after a writer left). The
-//! client's one connection runs RESP3, so those messages arrive as push frames on the
-//! connection it already has, and redis-rs re-subscribes by itself after a reconnect.
+//! client's connections run RESP3, so those messages arrive as push frames on a connection
+//! it already has (a single node's first one), and redis-rs re-subscribes by itself after a
+//! reconnect.
 //!
 //! Per channel, local waiters queue on one [`Notify`]: a release wakes **one** of them, in
 //! arrival order, so 200 waiters cost one attempt per release per process instead of 200,
@@ -17,7 +18,7 @@
 //! waiters for one release.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,9 @@ pub(crate) struct Channels {
     /// uncontended acquisition (an attempt nobody waits behind) makes no channel entry: that
     /// allocation and its teardown were a twentieth of the client's work per cycle.
     attempts: Mutex<HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>>,
+    /// Disconnections of the connection the subscriptions live on, so far (see
+    /// [`Notifier::resync`]).
+    disconnections: AtomicU64,
 }
 
 struct Channel {
@@ -208,6 +212,7 @@ impl Channels {
             // Releases published while the connection was down are lost: let every waiter
             // try once now rather than sleep until its fallback.
             PushKind::Disconnection => {
+                self.disconnections.fetch_add(1, Ordering::AcqRel);
                 for ch in self.lock().values() {
                     ch.released.notify_waiters();
                 }
@@ -321,6 +326,27 @@ impl Notifier {
 
     pub(crate) fn channels(&self) -> &Arc<Channels> {
         &self.channels
+    }
+
+    /// How many times the subscriptions' connection was lost so far.
+    pub(crate) fn disconnections(&self) -> u64 {
+        self.channels.disconnections.load(Ordering::Acquire)
+    }
+
+    /// Returns once the subscriptions' connection is back and subscribed again: a `PING` on
+    /// it is answered after the reconnection's re-subscriptions. A waiter whose attempts go
+    /// on another of a single node's connections (see `quorum::Node::lane`) calls this after
+    /// a disconnection, so that its next busy answer cannot come before it listens again
+    /// (on one connection, the attempt itself would have waited for the reconnection).
+    /// Bounded by the node timeout; a failure is left to the caller's fallback.
+    pub(crate) async fn resync(&self) {
+        if self.nodes.is_quorum() {
+            return;
+        }
+        let mut conn = self.nodes.nodes[0].conn.clone();
+        let ping = redis::cmd("PING");
+        let answer = ping.query_async::<Value>(&mut conn);
+        let _ = tokio::time::timeout(self.nodes.node_timeout, answer).await;
     }
 
     /// Joins the queue of `channel`, subscribing the connection if this is its first waiter.

@@ -37,6 +37,9 @@ pub(crate) struct Waiter<'a> {
     handed: Option<Box<Transfer>>,
     /// The last sleep ended with a release heard (not a timeout or a hand-off).
     woken: bool,
+    /// The subscriptions' disconnections as of when this waiter last knew it listened
+    /// (see [`Notifier::resync`]).
+    links: u64,
 }
 
 impl<'a> Waiter<'a> {
@@ -50,6 +53,7 @@ impl<'a> Waiter<'a> {
             terms,
             handed: None,
             woken: false,
+            links: 0,
         }
     }
 
@@ -158,10 +162,21 @@ impl<'a> Waiter<'a> {
                     self.subscription = Some(sub);
                     return true;
                 }
+                // The subscriptions' connection was lost since: a release may have gone
+                // unheard, and our last busy answer may predate the re-subscription. Once
+                // it is back, attempt at once.
+                let links = self.notifier.disconnections();
+                if links != self.links {
+                    self.links = links;
+                    self.notifier.resync().await;
+                    self.subscription = Some(sub);
+                    return true;
+                }
                 sub
             }
             None => match self.notifier.subscribe(&self.key).await {
                 Ok((sub, first)) => {
+                    self.links = self.notifier.disconnections();
                     self.in_flight = None;
                     if first {
                         // Whoever subscribes the connection retries at once: a release

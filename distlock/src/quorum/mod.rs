@@ -61,9 +61,10 @@ impl Nodes {
         self.nodes.len() > 1
     }
 
-    /// The connection of a single-node client.
-    fn single(&self) -> Option<Conn> {
-        (!self.is_quorum()).then(|| self.nodes[0].conn.clone())
+    /// The connection of a single-node client for the commands of the hold `id` (see
+    /// [`Node::lane`]).
+    fn single(&self, id: &HoldId) -> Option<Conn> {
+        (!self.is_quorum()).then(|| self.nodes[0].lane(id))
     }
 
     /// Runs `op` on every node at once (untrusted nodes answer with an error unless
@@ -126,7 +127,7 @@ impl Nodes {
         ask: Ask,
         replicas: Option<Replicas>,
     ) -> Result<Attempt, Error> {
-        if let Some(mut conn) = self.single() {
+        if let Some(mut conn) = self.single(id) {
             if let Some(replicas) = replicas {
                 let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
                 return Box::pin(algorithm.try_acquire_acked(&mut conn, &call, replicas)).await;
@@ -261,7 +262,7 @@ impl Nodes {
         key: &LockKey,
         id: &HoldId,
     ) -> Result<bool, Error> {
-        if let Some(mut conn) = self.single() {
+        if let Some(mut conn) = self.single(id) {
             let sharded = conn.sharded();
             return algorithm.try_release(&mut conn, key, id, sharded).await;
         }
@@ -309,7 +310,7 @@ impl Nodes {
         id: &HoldId,
         ttl_ms: u64,
     ) -> Result<Option<Duration>, Error> {
-        if let Some(mut conn) = self.single() {
+        if let Some(mut conn) = self.single(id) {
             return algorithm.try_extend(&mut conn, key, id, ttl_ms).await;
         }
         let cmd = Arc::new(algorithm.extend_cmd(key, id, ttl_ms));

@@ -29,6 +29,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::mpsc;
 
+use crate::algorithm::HoldId;
 use crate::conn::sentinel::SentinelSettings;
 use crate::conn::{Conn, SentinelConn};
 use crate::error::{Error, Op};
@@ -44,13 +45,19 @@ pub(crate) struct NodeSettings {
     pub(crate) response_timeout: Duration,
     /// `Some(delay)`: trust a node only once its server has been up for `delay`.
     pub(crate) restart_guard: Option<Duration>,
+    /// Connections to a single node (see [`Node::lane`]); at least 1.
+    pub(crate) lanes: usize,
     /// PEM root certificate(s) to trust instead of the webpki roots (`rediss://` only).
     #[cfg(feature = "tls")]
     pub(crate) tls_root_cert: Option<Vec<u8>>,
 }
 
 pub(crate) struct Node {
+    /// The node's first connection: subscriptions, watchdog batches, inspection.
     pub(crate) conn: Conn,
+    /// Every connection of a single node, `conn` first; empty on a Cluster, through Sentinel
+    /// and in a quorum, which use `conn` for everything.
+    lanes: Vec<Conn>,
     pub(crate) addr: String,
     health: Arc<Health>,
     /// The task that re-reads the run_id after a disconnection; stopped with the node.
@@ -134,24 +141,43 @@ impl Node {
             // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_secs(1));
-        let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
-        let attempt = match tokio::time::timeout(settings.connect_timeout, connecting).await {
-            Ok(result) => result,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {:?}", settings.connect_timeout),
-            )
-            .into()),
-        };
-        let (conn, failure) = match attempt {
-            Ok(conn) => (conn, None),
+        // All lanes at once: a node that answers one answers the others within the same
+        // connect timeout.
+        // The other lanes carry commands only: no subscriptions, so no pushes to hear, and
+        // their disconnections must not wake the waiters (see `Channels::on_push`).
+        let plain = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout))
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_secs(1));
+        let connecting = (0..settings.lanes.max(1)).map(|lane| {
+            let config = if lane == 0 { &config } else { &plain };
+            let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
+            async {
+                match tokio::time::timeout(settings.connect_timeout, connecting).await {
+                    Ok(result) => result,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {:?}", settings.connect_timeout),
+                    )
+                    .into()),
+                }
+            }
+        });
+        let attempt: Result<Vec<ConnectionManager>, _> = futures_util::future::join_all(connecting)
+            .await
+            .into_iter()
+            .collect();
+        let (lanes, failure) = match attempt {
+            Ok(lanes) => (lanes, None),
             Err(source) if lazy_if_down => {
                 let conn = ConnectionManager::new_lazy_with_config(client, config)
                     .map_err(|e| connect_error(&addr, e))?;
-                (conn, Some(connect_error(&addr, source)))
+                (vec![conn], Some(connect_error(&addr, source)))
             }
             Err(source) => return Err(connect_error(&addr, source)),
         };
+        let conn = lanes[0].clone();
         let monitor = match settings.restart_guard {
             None => None,
             Some(delay) => {
@@ -170,8 +196,13 @@ impl Node {
                 ))
             }
         };
+        let lanes = match lanes.len() {
+            1 => Vec::new(),
+            _ => lanes.into_iter().map(Conn::Single).collect(),
+        };
         let node = Node {
             conn: Conn::Single(conn),
+            lanes,
             addr,
             health,
             monitor,
@@ -226,6 +257,7 @@ impl Node {
         };
         Ok(Node {
             conn: Conn::Cluster(conn),
+            lanes: Vec::new(),
             addr,
             health: Arc::new(Health::default()),
             monitor: None,
@@ -271,10 +303,23 @@ impl Node {
             .map_err(|e| connect_error(&addr, e))?;
         Ok(Node {
             conn: Conn::Sentinel(conn),
+            lanes: Vec::new(),
             addr,
             health: Arc::new(Health::default()),
             monitor: Some(monitor),
         })
+    }
+
+    /// The connection for the commands of the hold `id`: all of them (its attempts, its
+    /// release, the give-back of an abandoned attempt) travel on one connection, so they
+    /// reach the server in the order they were sent, as on a client with one connection.
+    /// Holds of different tasks spread over the lanes, so that many tasks locking at once
+    /// are not all queued behind one connection's reader and writer.
+    pub(crate) fn lane(&self, id: &HoldId) -> Conn {
+        match self.lanes.len() {
+            0 => self.conn.clone(),
+            n => self.lanes[id.lane as usize % n].clone(),
+        }
     }
 
     /// True when this node's answers count toward a quorum now.

@@ -11,9 +11,12 @@
 //! # divide by the cycles it printed (under valgrind) for instructions per cycle
 //! ```
 //!
-//! Arguments: `distlock` or `limit`, seconds (default 5), tasks (default 32). Prints cycles/s
-//! and the process's CPU time per cycle (getrusage; noisy on a shared VM), and for distlock the
-//! size of the acquire and release futures.
+//! Arguments: `distlock` or `limit`, seconds (default 5), tasks (default 32), connections
+//! (default: distlock's default, [`distlock::DEFAULT_CONNECTIONS`], and for the limit 1, as in
+//! the bench's limit column): distlock's `ClientBuilder::connections`, or for the limit that many
+//! MultiplexedConnections, task `i` on connection `i % n`. Prints cycles/s and the process's
+//! CPU time per cycle (getrusage; noisy on a shared VM), and for distlock the size of the
+//! acquire and release futures.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +28,7 @@ async fn main() {
     let which = args.next().unwrap_or_else(|| "distlock".into());
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let tasks: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
+    let connections: Option<usize> = args.next().and_then(|s| s.parse().ok());
     let server = distlock_testkit::RedisServer::start();
     let url = server.url();
     let cycles = Arc::new(AtomicU64::new(0));
@@ -33,7 +37,11 @@ async fn main() {
     let mut handles = Vec::new();
     match which.as_str() {
         "distlock" => {
-            let client = distlock::Client::connect(&url).await.expect("connect");
+            let client = distlock::Client::builder(&url)
+                .connections(connections.unwrap_or(distlock::DEFAULT_CONNECTIONS))
+                .connect()
+                .await
+                .expect("connect");
             let acquire = client.lock("sizes").ttl(ttl).acquire();
             println!("acquire future: {} bytes", std::mem::size_of_val(&acquire));
             let guard = acquire.await.expect("acquire");
@@ -59,16 +67,21 @@ async fn main() {
             }
         }
         "limit" => {
-            let conn = redis::Client::open(url.as_str())
-                .expect("url")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect");
+            let mut conns = Vec::new();
+            for _ in 0..connections.unwrap_or(1).max(1) {
+                let conn = redis::Client::open(url.as_str())
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                conns.push(conn);
+            }
             let release = Arc::new(redis::Script::new(
                 "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
             ));
             for i in 0..tasks {
-                let (mut conn, cycles, release) = (conn.clone(), cycles.clone(), release.clone());
+                let mut conn = conns[i % conns.len()].clone();
+                let (cycles, release) = (cycles.clone(), release.clone());
                 handles.push(tokio::spawn(async move {
                     let key = format!("k{i}");
                     while Instant::now() < stop {
@@ -95,7 +108,9 @@ async fn main() {
             }
         }
         other => {
-            eprintln!("usage: client_work distlock|limit [seconds] [tasks] (not {other:?})");
+            eprintln!(
+                "usage: client_work distlock|limit [seconds] [tasks] [connections] (not {other:?})"
+            );
             std::process::exit(2);
         }
     }

@@ -1,0 +1,192 @@
+//! A single-node client's connections (`ClientBuilder::connections`): how many it opens, and
+//! that every command of one acquisition travels on one of them, so that they reach the
+//! server in the order they were sent, as on a client with one connection.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use distlock::{Client, Error, DEFAULT_CONNECTIONS, MAX_CONNECTIONS};
+use distlock_testkit::RedisServer;
+
+const END: &str = "distlock-test-monitor-end";
+
+/// Every command the server runs from `start` until `finish`, one `MONITOR` line each.
+struct Monitor {
+    addr: String,
+    lines: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        let mut stream = TcpStream::connect(server.addr()).expect("connect for MONITOR");
+        stream.write_all(b"MONITOR\r\n").expect("MONITOR");
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).expect("+OK"); // from here on, one line per command
+        let lines = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).expect("MONITOR line") == 0 || line.contains(END) {
+                    return lines;
+                }
+                lines.push(line);
+            }
+        });
+        Monitor {
+            addr: server.addr(),
+            lines,
+        }
+    }
+
+    /// Ends the capture with a marker command sent on a raw connection.
+    fn finish(self) -> Vec<String> {
+        let mut stream = TcpStream::connect(&self.addr).expect("connect for the marker");
+        stream
+            .write_all(format!("ECHO {END}\r\n").as_bytes())
+            .expect("marker");
+        self.lines.join().expect("monitor thread")
+    }
+}
+
+/// The client address and the setnx owner token (its 32 random hex digits, which the
+/// holder description follows after a tab) of a `MONITOR` line that carries one:
+/// `<time> [<db> <addr>] "SET" "<key>" "<token>\t..." ..`.
+fn token_of(line: &str) -> Option<(String, String)> {
+    let addr = line
+        .split_once(" [")?
+        .1
+        .split_once(']')?
+        .0
+        .split_once(' ')?
+        .1;
+    let b = line.as_bytes();
+    (0..b.len().saturating_sub(34)).find_map(|i| {
+        let token = &b[i + 1..i + 33];
+        (b[i] == b'"' && token.iter().all(u8::is_ascii_hexdigit) && b[i + 33] == b'\\')
+            .then(|| (addr.to_owned(), line[i + 1..i + 33].to_owned()))
+    })
+}
+
+/// The connections `server` has from clients other than the admin connection counting them.
+async fn client_connections(server: &RedisServer) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut server.async_connection().await)
+        .await
+        .expect("CLIENT LIST");
+    list.lines().count() - 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_of_an_acquisition_travels_on_one_connection() {
+    let server = RedisServer::start();
+    let client = Client::builder(&server.url())
+        .connections(4)
+        // Waiters take the lock from Redis, so that their retries show up too.
+        .local_handoff(0, Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let monitor = Monitor::start(&server);
+    // Uncontended acquisitions from several tasks at once.
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for i in 0..8 {
+                    let guard = client
+                        .lock(format!("k{t}:{i}"))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // A waiter that tries, finds the lock taken, and tries again once it is released.
+    let holder = client.lock("busy").acquire().await.expect("holder");
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("busy")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    while common::subscribers(&server, "distlock:{busy}:wake").await == 0 {
+        tokio::task::yield_now().await;
+    }
+    holder.release().await.expect("release the holder");
+    let guard = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter takes it");
+    guard.release().await.expect("release the waiter's hold");
+    let lines = monitor.finish();
+
+    let mut connections_of: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut commands_of: HashMap<String, usize> = HashMap::new();
+    for (addr, token) in lines.iter().filter_map(|l| token_of(l)) {
+        *commands_of.entry(token.clone()).or_default() += 1;
+        connections_of.entry(token).or_default().insert(addr);
+    }
+    assert_eq!(connections_of.len(), 8 * 8 + 2, "one token per acquisition");
+    for (token, connections) in &connections_of {
+        assert_eq!(
+            connections.len(),
+            1,
+            "the commands of {token} came on {connections:?}"
+        );
+    }
+    // The waiter's acquisition: two attempts and a release, on one connection.
+    assert!(
+        commands_of.values().any(|&n| n >= 3),
+        "no acquisition tried twice: {commands_of:?}"
+    );
+    let used: HashSet<&String> = connections_of.values().flatten().collect();
+    assert!(
+        (2..=4).contains(&used.len()),
+        "66 acquisitions on {} connections of 4",
+        used.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_opens_the_connections_asked_for() {
+    let server = RedisServer::start();
+    let before = client_connections(&server).await;
+    let default = common::client(&server).await;
+    assert_eq!(
+        client_connections(&server).await - before,
+        DEFAULT_CONNECTIONS
+    );
+    drop(default);
+    let one = Client::builder(&server.url())
+        .connections(1)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = one.lock("x").acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+    for wrong in [0, MAX_CONNECTIONS + 1] {
+        let refused = Client::builder(&server.url())
+            .connections(wrong)
+            .connect()
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidConfig { .. })),
+            "connections({wrong})"
+        );
+    }
+}
