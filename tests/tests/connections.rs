@@ -195,12 +195,13 @@ async fn the_client_opens_the_connections_asked_for() {
 async fn a_server_without_room_for_every_connection_is_reported_at_connect() {
     // Room for one client connection: the first lane opens, the others are turned away.
     let server = RedisServer::start_with(&["--maxclients", "1"]);
-    let refused = Client::builder(&server.url())
+    let Err(refused) = Client::builder(&server.url())
         .connections(4)
         .connect()
         .await
-        .err()
-        .expect("four connections to a server that takes one");
+    else {
+        panic!("four connections to a server that takes one");
+    };
     // Redis answers `max number of clients reached` and closes; the client may see either.
     assert!(
         matches!(
