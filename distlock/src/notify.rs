@@ -338,7 +338,8 @@ impl Notifier {
     /// on another of a single node's connections (see `quorum::Node::lane`) calls this after
     /// a disconnection, so that its next busy answer cannot come before it listens again
     /// (on one connection, the attempt itself would have waited for the reconnection).
-    /// Bounded by the node timeout; a failure is left to the caller's fallback.
+    /// Bounded by the node timeout: a release published during a longer outage is heard by
+    /// no one, and the caller's fallback covers it, as on one connection.
     pub(crate) async fn resync(&self) {
         if self.nodes.is_quorum() {
             return;

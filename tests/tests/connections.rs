@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use distlock::{Client, Error, DEFAULT_CONNECTIONS, MAX_CONNECTIONS};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{wait_until_async, RedisServer};
 
 const END: &str = "distlock-test-monitor-end";
 
@@ -72,14 +72,21 @@ fn token_of(line: &str) -> Option<(String, String)> {
     })
 }
 
-/// The connections `server` has from clients other than the admin connection counting them.
-async fn client_connections(server: &RedisServer) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut server.async_connection().await)
-        .await
-        .expect("CLIENT LIST");
-    list.lines().count() - 1
+/// True once `server` has exactly `n` client connections besides `admin`, the connection
+/// asking (the test kit's own start-up connections close a moment after it starts).
+async fn comes_to(admin: &redis::aio::MultiplexedConnection, n: usize) -> bool {
+    wait_until_async(Duration::from_secs(10), || {
+        let mut admin = admin.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut admin)
+                .await
+                .expect("CLIENT LIST");
+            list.lines().count() - 1 == n
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,13 +172,14 @@ async fn every_command_of_an_acquisition_travels_on_one_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_opens_the_connections_asked_for() {
     let server = RedisServer::start();
-    let before = client_connections(&server).await;
+    let admin = server.async_connection().await;
     let default = common::client(&server).await;
-    assert_eq!(
-        client_connections(&server).await - before,
-        DEFAULT_CONNECTIONS
-    );
+    assert!(comes_to(&admin, DEFAULT_CONNECTIONS).await, "the default");
     drop(default);
+    assert!(
+        comes_to(&admin, 0).await,
+        "a dropped client closes them all"
+    );
     let one = Client::builder(&server.url())
         .connections(1)
         .connect()
@@ -179,6 +187,7 @@ async fn the_client_opens_the_connections_asked_for() {
         .expect("connect");
     let guard = one.lock("x").acquire().await.expect("acquire");
     guard.release().await.expect("release");
+    assert!(comes_to(&admin, 1).await, "connections(1)");
     for wrong in [0, MAX_CONNECTIONS + 1] {
         let refused = Client::builder(&server.url())
             .connections(wrong)
