@@ -16,11 +16,37 @@
 //! the bench's limit column): distlock's `ClientBuilder::connections`, or for the limit that many
 //! MultiplexedConnections, task `i` on connection `i % n`. Prints cycles/s and the process's
 //! CPU time per cycle (getrusage; noisy on a shared VM), and for distlock the size of the
-//! acquire and release futures.
+//! acquire and release futures. Tasks `0` is S1's shape instead: one loop of sequential cycles on
+//! the main thread, printing p50/p99, CPU time and allocations per cycle (the binary counts
+//! them with a counting global allocator) and the server's per-command figures.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The system allocator, counting allocations (reallocations included: each may move).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 #[tokio::main]
 async fn main() {
@@ -31,6 +57,27 @@ async fn main() {
     let connections: Option<usize> = args.next().and_then(|s| s.parse().ok());
     let server = distlock_testkit::RedisServer::start();
     let url = server.url();
+    if tasks == 0 {
+        s1(&which, &url, secs, connections).await;
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(
+                &mut redis::Client::open(url.as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap(),
+            )
+            .unwrap();
+        for line in stats.lines().filter(|l| {
+            l.contains("calls=")
+                && !l.contains("cmdstat_info")
+                && !l.contains("hello")
+                && !l.contains("client")
+        }) {
+            println!("{line}");
+        }
+        return;
+    }
     let cycles = Arc::new(AtomicU64::new(0));
     let stop = Instant::now() + Duration::from_secs(secs);
     let ttl = Duration::from_secs(10);
@@ -137,4 +184,76 @@ fn cpu_seconds() -> f64 {
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// `tasks` = 0: S1's shape, one loop of sequential cycles on the main thread (the bench runs
+/// S1 in `block_on`), printing p50/p99 per cycle and the CPU time per cycle.
+async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
+    let ttl = Duration::from_secs(10);
+    let mut samples = Vec::new();
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let cpu_before = cpu_seconds();
+    let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
+    match which {
+        "distlock" => {
+            let client = distlock::Client::builder(url)
+                .connections(connections.unwrap_or(distlock::DEFAULT_CONNECTIONS))
+                .connect()
+                .await
+                .expect("connect");
+            while Instant::now() < stop {
+                let t = Instant::now();
+                let guard = client
+                    .lock("s1")
+                    .ttl(ttl)
+                    .wait(ttl)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                guard.release().await.expect("release");
+                samples.push(t.elapsed());
+            }
+        }
+        _ => {
+            let mut conn = redis::Client::open(url)
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            let release = redis::Script::new(
+                "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+            );
+            while Instant::now() < stop {
+                let t = Instant::now();
+                let token = format!("{:032x}", rand::random::<u128>());
+                let taken: Option<String> = redis::cmd("SET")
+                    .arg("s1")
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET");
+                assert!(taken.is_some(), "one task: never busy");
+                let _: i64 = release
+                    .key("s1")
+                    .arg(&token)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("release");
+                samples.push(t.elapsed());
+            }
+        }
+    }
+    let n = samples.len();
+    let cpu = (cpu_seconds() - cpu_before) * 1e6 / n as f64;
+    let allocations = (ALLOCATIONS.load(Ordering::Relaxed) - allocations_before) as f64 / n as f64;
+    samples.sort_unstable();
+    let us = |q: f64| samples[((n - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    println!(
+        "{which} S1: {n} cycles, p50 {:.1} µs, p99 {:.1} µs, process CPU {cpu:.2} µs/cycle, {allocations:.1} allocations/cycle",
+        us(0.5),
+        us(0.99)
+    );
 }
