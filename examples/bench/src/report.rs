@@ -242,7 +242,8 @@ impl Results {
             s,
             "- all columns run interleaved in one process: each round runs each scenario for each column, \
              the starting column rotating per round; within S1/S4 the columns take turns of 50 cycles, \
-             within S2 turns of 250 ms; figures are medians across rounds\n"
+             within S2 turns of 250 ms, in an order drawn afresh for every pass through the columns \
+             (a column's figures depend on the one that ran before it); figures are medians across rounds\n"
         );
 
         let mut header = "| scenario | figure |".to_owned();
