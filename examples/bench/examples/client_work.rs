@@ -59,23 +59,7 @@ async fn main() {
     let url = server.url();
     if tasks == 0 {
         s1(&which, &url, secs, connections).await;
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(
-                &mut redis::Client::open(url.as_str())
-                    .unwrap()
-                    .get_connection()
-                    .unwrap(),
-            )
-            .unwrap();
-        for line in stats.lines().filter(|l| {
-            l.contains("calls=")
-                && !l.contains("cmdstat_info")
-                && !l.contains("hello")
-                && !l.contains("client")
-        }) {
-            println!("{line}");
-        }
+        print_commandstats(&url);
         return;
     }
     let cycles = Arc::new(AtomicU64::new(0));
@@ -161,6 +145,7 @@ async fn main() {
             std::process::exit(2);
         }
     }
+    let server_before = pid_cpu_seconds(server.pid());
     let (started, cpu_before) = (Instant::now(), cpu_seconds());
     for handle in handles {
         handle.await.expect("task");
@@ -168,10 +153,12 @@ async fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     let n = cycles.load(Ordering::Relaxed) as f64;
     println!(
-        "{which}: {:.0} cycles/s, process CPU {:.2} µs/cycle",
+        "{which}: {:.0} cycles/s, process CPU {:.2} µs/cycle, redis-server CPU {:.2} µs/cycle",
         n / elapsed,
-        (cpu_seconds() - cpu_before) * 1e6 / n
+        (cpu_seconds() - cpu_before) * 1e6 / n,
+        (pid_cpu_seconds(server.pid()) - server_before) * 1e6 / n
     );
+    print_commandstats(&url);
 }
 
 /// User + system CPU time of this process.
@@ -256,4 +243,38 @@ async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
         us(0.5),
         us(0.99)
     );
+}
+
+/// User + system CPU time of another process (`/proc/<pid>/stat`, in clock ticks).
+fn pid_cpu_seconds(pid: u32) -> f64 {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name, which is in parentheses: utime and stime are the
+            // 12th and 13th of them.
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / per_second
+}
+
+/// The server's time per call of each command this run used (`INFO commandstats`).
+fn print_commandstats(url: &str) {
+    let stats: String = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut conn| redis::cmd("INFO").arg("commandstats").query(&mut conn))
+        .unwrap_or_default();
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        let busy = line
+            .split_once("calls=")
+            .and_then(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+            .is_some_and(|calls| calls > 100);
+        if busy {
+            println!("  {line}");
+        }
+    }
 }
