@@ -255,6 +255,61 @@ impl FaultProxy {
         }
     }
 
+    /// From now on, notes every connection whose client sends `pattern` (for instance
+    /// `b"SUBSCRIBE"`, to find the one connection of a client that carries its
+    /// subscriptions), so that [`reset_noted`](Self::reset_noted) can cut that
+    /// connection alone while the client's others go on. Only bytes read after this call
+    /// count; a pattern split across two reads is found all the same.
+    ///
+    /// # Panics
+    /// If `pattern` is empty.
+    pub fn note_sending(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "note_sending: the pattern is empty");
+        let mut patterns = lock(&self.shared.patterns);
+        patterns.push(pattern.to_vec());
+        self.shared.noting.store(true, Ordering::SeqCst);
+    }
+
+    /// How many open connections are noted (see [`note_sending`](Self::note_sending)).
+    pub fn noted(&self) -> usize {
+        let open = lock(&self.shared.open);
+        lock(&self.shared.noted)
+            .iter()
+            .filter(|id| open.contains(id))
+            .count()
+    }
+
+    /// Resets (RST) the open connections noted by [`note_sending`](Self::note_sending), both
+    /// the client and the upstream socket, and returns once they are closed (or after 5 s).
+    /// The others are untouched. Connections accepted later are not noted until they send
+    /// a pattern themselves.
+    pub fn reset_noted(&self) {
+        let mut open = lock(&self.shared.open);
+        let targets: Vec<u64> = {
+            let noted = lock(&self.shared.noted);
+            open.iter()
+                .copied()
+                .filter(|id| noted.contains(id))
+                .collect()
+        };
+        self.shared
+            .reset_noted
+            .send_modify(|generation| *generation += 1);
+        let deadline = Instant::now() + RESET_ALL_TIMEOUT;
+        while targets.iter().any(|id| open.contains(id)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            open = self
+                .shared
+                .closed
+                .wait_timeout(open, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// Turns every fault off: no drops (including a pending
     /// [`drop_next_reply`](Self::drop_next_reply)), no black hole, no latency,
     /// new connections accepted. Counters and the RNG are left as they are.
@@ -346,6 +401,15 @@ struct Shared {
     /// Client-to-server chunks read; lets tests wait until a write was read
     /// as a chunk of its own.
     requests_read: AtomicU64,
+    /// Patterns given to `note_sending`; `noting` is set once there is one, so
+    /// that connections scan their requests only then.
+    patterns: Mutex<Vec<Vec<u8>>>,
+    noting: AtomicBool,
+    /// Connections whose client sent one of `patterns`.
+    noted: Mutex<HashSet<u64>>,
+    /// Bumped by `reset_noted`; every connection watches it and resets itself
+    /// if noted.
+    reset_noted: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -366,6 +430,10 @@ impl Shared {
             replies_dropped: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             requests_read: AtomicU64::new(0),
+            patterns: Mutex::new(Vec::new()),
+            noting: AtomicBool::new(false),
+            noted: Mutex::new(HashSet::new()),
+            reset_noted: watch::Sender::new(0),
         }
     }
 
@@ -405,6 +473,26 @@ impl Shared {
 
     fn count_reset(&self) {
         self.resets.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Notes connection `id` if `recent` (the end of what its client sent before this
+    /// chunk) followed by `chunk` holds a pattern; keeps the end of both in `recent`.
+    fn scan_request(&self, id: u64, recent: &mut Vec<u8>, chunk: &[u8]) {
+        if !self.noting.load(Ordering::SeqCst) {
+            return;
+        }
+        let patterns = lock(&self.patterns);
+        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        recent.extend_from_slice(chunk);
+        if patterns
+            .iter()
+            .any(|p| recent.windows(p.len()).any(|w| w == p.as_slice()))
+        {
+            lock(&self.noted).insert(id);
+        }
+        // Enough to find a pattern that starts in this chunk and ends in the next.
+        let keep = longest.saturating_sub(1).min(recent.len());
+        recent.drain(..recent.len() - keep);
     }
 }
 
@@ -491,9 +579,10 @@ async fn accept_loop(
         // this connection has bumped the generation after the subscription,
         // so the task is bound to see it.
         let reset = shared.reset_all.subscribe();
+        let targeted = shared.reset_noted.subscribe();
         let guard = OpenGuard::register(&shared, next_id);
         next_id += 1;
-        tokio::spawn(serve(Arc::clone(&shared), client, reset, guard));
+        tokio::spawn(serve(Arc::clone(&shared), client, reset, targeted, guard));
     }
 }
 
@@ -511,8 +600,10 @@ async fn serve(
     shared: Arc<Shared>,
     mut client: TcpStream,
     mut reset: watch::Receiver<u64>,
-    _guard: OpenGuard,
+    mut targeted: watch::Receiver<u64>,
+    guard: OpenGuard,
 ) {
+    let id = guard.id;
     let _ = client.set_nodelay(true);
     // `biased` everywhere below: a pending reset wins over bytes that
     // arrived at the same time, so nothing is forwarded after reset_all.
@@ -537,10 +628,21 @@ async fn serve(
     };
     let _ = upstream.set_nodelay(true);
 
-    let end = tokio::select! {
-        biased;
-        _ = reset.changed() => End::Reset,
-        end = relay(&shared, &mut client, &mut upstream) => end,
+    let end = {
+        let relay = relay(&shared, id, &mut client, &mut upstream);
+        tokio::pin!(relay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = reset.changed() => break End::Reset,
+                changed = targeted.changed() => {
+                    if changed.is_ok() && lock(&shared.noted).contains(&id) {
+                        break End::Reset;
+                    }
+                }
+                end = &mut relay => break end,
+            }
+        }
     };
     match end {
         End::Closed => {}
@@ -563,11 +665,11 @@ enum Direction {
     ToClient,
 }
 
-async fn relay(shared: &Shared, client: &mut TcpStream, upstream: &mut TcpStream) -> End {
+async fn relay(shared: &Shared, id: u64, client: &mut TcpStream, upstream: &mut TcpStream) -> End {
     let (client_read, client_write) = client.split();
     let (upstream_read, upstream_write) = upstream.split();
-    let to_server = pipe(shared, client_read, upstream_write, Direction::ToServer);
-    let to_client = pipe(shared, upstream_read, client_write, Direction::ToClient);
+    let to_server = pipe(shared, id, client_read, upstream_write, Direction::ToServer);
+    let to_client = pipe(shared, id, upstream_read, client_write, Direction::ToClient);
     match tokio::try_join!(to_server, to_client) {
         Ok(((), ())) => End::Closed,
         Err(end) => end,
@@ -580,6 +682,7 @@ async fn relay(shared: &Shared, client: &mut TcpStream, upstream: &mut TcpStream
 /// predecessor was written.
 async fn pipe(
     shared: &Shared,
+    id: u64,
     mut from: ReadHalf<'_>,
     mut to: WriteHalf<'_>,
     direction: Direction,
@@ -588,6 +691,7 @@ async fn pipe(
         mpsc::channel::<(Vec<u8>, Instant, Option<Duration>)>(IN_FLIGHT_CHUNKS);
     let read = async move {
         let mut buf = vec![0; CHUNK_SIZE];
+        let mut recent = Vec::new();
         loop {
             let n = from.read(&mut buf).await.map_err(|_| End::Failed)?;
             let read_at = Instant::now();
@@ -597,6 +701,7 @@ async fn pipe(
             }
             if direction == Direction::ToServer {
                 shared.requests_read.fetch_add(1, Ordering::SeqCst);
+                shared.scan_request(id, &mut recent, &buf[..n]);
             }
             if shared.blackholed() {
                 continue;
@@ -913,6 +1018,50 @@ mod tests {
             assert!(err.is_connection_dropped(), "{err:?}");
         }
         assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
+    }
+
+    #[test]
+    fn reset_noted_breaks_only_the_connections_that_sent_the_pattern() {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start_for(&server);
+        proxy.note_sending(b"marked-connection");
+        let mut marked = connect(&proxy.url()).expect("connect marked");
+        let mut other = connect(&proxy.url()).expect("connect other");
+        let mut split = std::net::TcpStream::connect(proxy.addr()).expect("TCP connect");
+        let _: String = redis::cmd("ECHO")
+            .arg("marked-connection")
+            .query(&mut marked)
+            .expect("ECHO");
+        ping(&mut other).expect("PING other");
+        {
+            // The pattern split over two writes, read as two chunks.
+            use std::io::{Read, Write};
+            split.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+            let before = proxy.shared.requests_read.load(Ordering::SeqCst);
+            split
+                .write_all(b"*2\r\n$4\r\nECHO\r\n$17\r\nmarked-")
+                .expect("write");
+            assert!(wait_until(TIMEOUT, || {
+                proxy.shared.requests_read.load(Ordering::SeqCst) > before
+            }));
+            split.write_all(b"connection\r\n").expect("write");
+            assert!(split.read(&mut [0; 64]).expect("ECHO reply") > 0);
+        }
+        assert_eq!(proxy.noted(), 2);
+
+        proxy.reset_noted();
+        assert_eq!(proxy.open_connections(), 1);
+        let err = ping(&mut marked).expect_err("PING on a reset connection");
+        assert!(err.is_connection_dropped(), "{err:?}");
+        let err = raw_ping(&mut split).expect_err("PING on a reset connection");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+        assert_eq!(
+            ping(&mut other).expect("the other connection goes on"),
+            "PONG"
+        );
+        // A new connection is not noted until it sends the pattern itself.
+        assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
+        assert_eq!(proxy.noted(), 0);
     }
 
     #[test]
