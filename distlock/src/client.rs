@@ -464,7 +464,10 @@ impl ClientBuilder {
     /// the one of the task that takes the lock, so they reach the server in order as on one
     /// connection; the tasks spread over them. Many tasks locking at once then do not all
     /// queue behind one connection's reader and writer (the README's Performance section
-    /// has the figures). Wake-ups, renewals and inspection use the first connection. Each
+    /// has the figures). Wake-ups, renewals and inspection use the first connection, and with
+    /// two or more, acquisitions use the others: an acquisition never waits behind a batch
+    /// of renewals, and a waiter's attempts never wait for the subscriptions' connection to
+    /// come back after a loss (the waiter is told when it is back, and tries then). Each
     /// connection takes one of the server's client slots (`maxclients`, `CLIENT LIST`), and
     /// `connect` fails unless all of them open. A quorum node, a Cluster and Sentinel keep one
     /// connection per server (a Cluster's per-master connections are redis-rs's).

@@ -373,6 +373,7 @@ impl<'c> LockRequest<'c> {
             };
             loop {
                 attempts += 1;
+                waiter.attempting();
                 let sent = Instant::now();
                 let ask = Ask {
                     unsure,

@@ -46,9 +46,11 @@ pub(crate) struct Channels {
     /// uncontended acquisition (an attempt nobody waits behind) makes no channel entry: that
     /// allocation and its teardown were a twentieth of the client's work per cycle.
     attempts: Mutex<HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>>,
-    /// Disconnections of the connection the subscriptions live on, so far (see
-    /// [`Notifier::resync`]).
-    disconnections: AtomicU64,
+    /// Signalled when the connection the subscriptions live on is lost: wakes the task that
+    /// waits for it to come back (see [`Notifier::rejoins`]).
+    down: Notify,
+    /// How many times that connection came back, subscribed again, so far.
+    rejoins: AtomicU64,
 }
 
 struct Channel {
@@ -210,12 +212,11 @@ impl Channels {
                 }
             }
             // Releases published while the connection was down are lost: let every waiter
-            // try once now rather than sleep until its fallback.
+            // try once now rather than sleep until its fallback, and once more when the
+            // connection is back (see `Notifier::rejoins`).
             PushKind::Disconnection => {
-                self.disconnections.fetch_add(1, Ordering::AcqRel);
-                for ch in self.lock().values() {
-                    ch.released.notify_waiters();
-                }
+                self.wake_all();
+                self.down.notify_one();
             }
             _ => {}
         }
@@ -306,6 +307,13 @@ impl Channels {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Wakes every sleeping waiter of this process for one attempt.
+    fn wake_all(&self) {
+        for ch in self.lock().values() {
+            ch.released.notify_waiters();
+        }
+    }
+
     fn attempts(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>> {
@@ -317,37 +325,50 @@ impl Channels {
 pub(crate) struct Notifier {
     channels: Arc<Channels>,
     nodes: Arc<Nodes>,
+    /// The task that sees the subscriptions' connection back (none on a quorum).
+    rejoin: Option<tokio::task::AbortHandle>,
 }
 
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if let Some(task) = &self.rejoin {
+            task.abort();
+        }
+    }
+}
+
+/// First pause between the `PING`s that find the subscriptions' connection back; doubled up
+/// to [`REJOIN_MAX_PAUSE`] while it stays down.
+const REJOIN_PAUSE: Duration = Duration::from_millis(10);
+const REJOIN_MAX_PAUSE: Duration = Duration::from_secs(1);
+
 impl Notifier {
+    /// Must be called inside a Tokio runtime: it starts the task behind
+    /// [`rejoins`](Self::rejoins) for a client with one deployment.
     pub(crate) fn new(channels: Arc<Channels>, nodes: Arc<Nodes>) -> Self {
-        Notifier { channels, nodes }
+        // A quorum waiter listens on every node, so one node's outage costs it nothing.
+        let rejoin = (!nodes.is_quorum())
+            .then(|| tokio::spawn(rejoin(channels.clone(), nodes.clone())).abort_handle());
+        Notifier {
+            channels,
+            nodes,
+            rejoin,
+        }
     }
 
     pub(crate) fn channels(&self) -> &Arc<Channels> {
         &self.channels
     }
 
-    /// How many times the subscriptions' connection was lost so far.
-    pub(crate) fn disconnections(&self) -> u64 {
-        self.channels.disconnections.load(Ordering::Acquire)
-    }
-
-    /// Returns once the subscriptions' connection is back and subscribed again: a `PING` on
-    /// it is answered after the reconnection's re-subscriptions. A waiter whose attempts go
-    /// on another of a single node's connections (see `quorum::Node::lane`) calls this after
-    /// a disconnection, so that its next busy answer cannot come before it listens again
-    /// (on one connection, the attempt itself would have waited for the reconnection).
-    /// Bounded by the node timeout: a release published during a longer outage is heard by
-    /// no one, and the caller's fallback covers it, as on one connection.
-    pub(crate) async fn resync(&self) {
-        if self.nodes.is_quorum() {
-            return;
-        }
-        let mut conn = self.nodes.nodes[0].conn.clone();
-        let ping = redis::cmd("PING");
-        let answer = ping.query_async::<Value>(&mut conn);
-        let _ = tokio::time::timeout(self.nodes.node_timeout, answer).await;
+    /// How many times the subscriptions' connection came back after a loss, subscribed
+    /// again. A waiter compares it with its value when its last attempt was sent: if it
+    /// changed, the connection was down at some point after that attempt, and a release
+    /// published then reached no one here, so the waiter attempts again instead of sleeping.
+    /// Waiters asleep when it changes are woken. A single node's waiters attempt on other
+    /// connections than the subscriptions' one (see `quorum::Node::lane`), so their attempts
+    /// do not wait for it to come back; this is what tells them when it has.
+    pub(crate) fn rejoins(&self) -> u64 {
+        self.channels.rejoins.load(Ordering::Acquire)
     }
 
     /// Joins the queue of `channel`, subscribing the connection if this is its first waiter.
@@ -485,11 +506,17 @@ impl Subscription {
         handoff::Queue::open(self.ch.clone(), terms)
     }
 
-    /// Sleeps until a release is published (true) or `fallback` passes (false).
-    pub(crate) async fn released(&self, fallback: Duration) -> bool {
-        tokio::time::timeout(fallback, self.ch.released.notified())
-            .await
-            .is_ok()
+    /// Sleeps until a release is published (true) or `fallback` passes (false). Returns true
+    /// at once if the subscriptions' connection came back since `rejoins` (the caller's
+    /// [`Notifier::rejoins`] when it last attempted): a release may have gone unheard.
+    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64) -> bool {
+        // Created before the check: a rejoin after it wakes this future.
+        let released = self.ch.released.notified();
+        let rejoined = self
+            .channels
+            .upgrade()
+            .is_some_and(|channels| channels.rejoins.load(Ordering::Acquire) != rejoins);
+        rejoined || tokio::time::timeout(fallback, released).await.is_ok()
     }
 }
 
@@ -526,5 +553,27 @@ impl Drop for Subscription {
                 channels.forget_if_idle(key.lock(), &ch);
             }
         });
+    }
+}
+
+/// Waits for the subscriptions' connection to be lost, then for it to answer again, and tells
+/// the waiters (see [`Notifier::rejoins`]). redis-rs sends the re-subscriptions first on a
+/// new connection, so a `PING` answered there is answered after them.
+async fn rejoin(channels: Arc<Channels>, nodes: Arc<Nodes>) {
+    loop {
+        channels.down.notified().await;
+        let mut pause = REJOIN_PAUSE;
+        loop {
+            let mut conn = nodes.nodes[0].conn.clone();
+            let ping = redis::cmd("PING");
+            let answer = ping.query_async::<Value>(&mut conn);
+            if let Ok(Ok(_)) = tokio::time::timeout(nodes.node_timeout, answer).await {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(REJOIN_MAX_PAUSE);
+        }
+        channels.rejoins.fetch_add(1, Ordering::AcqRel);
+        channels.wake_all();
     }
 }

@@ -37,9 +37,8 @@ pub(crate) struct Waiter<'a> {
     handed: Option<Box<Transfer>>,
     /// The last sleep ended with a release heard (not a timeout or a hand-off).
     woken: bool,
-    /// The subscriptions' disconnections as of when this waiter last knew it listened
-    /// (see [`Notifier::resync`]).
-    links: u64,
+    /// [`Notifier::rejoins`] when this caller's last attempt was sent.
+    attempt_rejoins: u64,
 }
 
 impl<'a> Waiter<'a> {
@@ -53,8 +52,13 @@ impl<'a> Waiter<'a> {
             terms,
             handed: None,
             woken: false,
-            links: 0,
+            attempt_rejoins: notifier.rejoins(),
         }
+    }
+
+    /// Called as each attempt is sent (see [`Notifier::rejoins`]).
+    pub(crate) fn attempting(&mut self) {
+        self.attempt_rejoins = self.notifier.rejoins();
     }
 
     /// The hold a local holder handed this caller while it waited, if any: the caller now
@@ -154,6 +158,11 @@ impl<'a> Waiter<'a> {
         holder_known: bool,
         left: Duration,
     ) -> bool {
+        // The subscriptions' connection was lost and is back since the last attempt was
+        // sent: a release meanwhile reached no one here. Attempt at once.
+        if self.notifier.rejoins() != self.attempt_rejoins {
+            return true;
+        }
         let sub = match self.subscription.take() {
             Some(sub) => {
                 // The server dropped the channel (a Cluster slot migrated): listen again,
@@ -162,21 +171,10 @@ impl<'a> Waiter<'a> {
                     self.subscription = Some(sub);
                     return true;
                 }
-                // The subscriptions' connection was lost since: a release may have gone
-                // unheard, and our last busy answer may predate the re-subscription. Once
-                // it is back, attempt at once.
-                let links = self.notifier.disconnections();
-                if links != self.links {
-                    self.links = links;
-                    self.notifier.resync().await;
-                    self.subscription = Some(sub);
-                    return true;
-                }
                 sub
             }
             None => match self.notifier.subscribe(&self.key).await {
                 Ok((sub, first)) => {
-                    self.links = self.notifier.disconnections();
                     self.in_flight = None;
                     if first {
                         // Whoever subscribes the connection retries at once: a release
@@ -211,9 +209,9 @@ impl<'a> Waiter<'a> {
                         self.handed = Some(Box::new(transfer));
                         true
                     }
-                    woken = sub.released(fallback) => woken,
+                    woken = sub.released(fallback, self.attempt_rejoins) => woken,
                 },
-                None => sub.released(fallback).await,
+                None => sub.released(fallback, self.attempt_rejoins).await,
             };
             if woken {
                 break true;

@@ -5,7 +5,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{as_other_owner, assert_safe, client, run_contenders, subscribers};
-use distlock_testkit::{wait_until_async, Observer, RedisServer};
+use distlock::Client;
+use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 
 /// Every command the lock server executed, less the INFO calls that read them. This counts
 /// the commands our scripts run inside Redis too (SET, PTTL, PUBLISH, ...), not only the
@@ -56,6 +57,96 @@ async fn a_waiter_is_woken_by_the_release_long_before_the_holders_ttl() {
     let handoff = acquired - released;
     assert!(handoff < Duration::from_secs(10), "woken after {handoff:?}");
     println!("hand-off {handoff:?}");
+}
+
+/// The connection a client's subscriptions live on goes down; while it is down, and after the
+/// waiter's last attempt was answered busy, the holder releases: the `PUBLISH` reaches no one.
+/// Once the connection is back (subscribed again), the waiter must try at once, not sleep
+/// until the holder's lease would have ended. A single-node client attempts on other
+/// connections than the subscriptions' one (see `ClientBuilder::connections`), so its attempts
+/// do not wait for that connection to come back; the proxy cuts that one connection alone.
+/// Fails on the code before the waiters were told of the connection's return: the check it
+/// had covered outages of up to the node timeout (100 ms), and this one lasts 500 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_the_subscriptions_connection_is_down_is_caught_once_it_is_back() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start_for(&server);
+    // Only the subscriptions' connection sends SUBSCRIBE.
+    proxy.note_sending(b"SUBSCRIBE");
+    let holder = client(&server).await;
+    let waiting = Client::connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    for mode in ["lock", "write"] {
+        let name = format!("rejoin-{mode}");
+        let channel = format!("distlock:{{{name}}}:wake");
+        let request = match mode {
+            "write" => holder.write(&name),
+            _ => holder.lock(&name),
+        };
+        let held = as_other_owner(request.ttl(Duration::from_secs(30)).try_acquire())
+            .await
+            .expect("free");
+        let waiter = {
+            let (waiting, name) = (waiting.clone(), name.clone());
+            tokio::spawn(as_other_owner(async move {
+                let request = match mode {
+                    "write" => waiting.write(&name),
+                    _ => waiting.lock(&name),
+                };
+                let g = request.wait(Duration::from_secs(20)).acquire().await?;
+                let at = Instant::now();
+                g.release().await.map(|()| at)
+            }))
+        };
+        let parked = wait_until_async(Duration::from_secs(10), || async {
+            subscribers(&server, &channel).await > 0
+        })
+        .await;
+        assert!(parked, "{mode}: the waiter never subscribed");
+        let attempts_before = attempts(&server, mode);
+        // Down, and staying down: its reconnections are refused.
+        proxy.refuse_new(true);
+        proxy.reset_noted();
+        let gone = wait_until_async(Duration::from_secs(10), || async {
+            subscribers(&server, &channel).await == 0
+        })
+        .await;
+        assert!(gone, "{mode}: the subscription outlived its connection");
+        // Woken by the disconnection, the waiter attempts on its own connection: busy.
+        let tried = wait_until_async(Duration::from_secs(10), || async {
+            attempts(&server, mode) > attempts_before
+        })
+        .await;
+        assert!(tried, "{mode}: no attempt after the disconnection");
+        // The outage: longer than the node timeout, so the waiter's other checks are over.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        proxy.refuse_new(false);
+        let acquired = waiter
+            .await
+            .expect("task")
+            .expect("the waiter gets the lock");
+        // Without a wake-up it sleeps until its wait (20 s) or the holder's lease (30 s) ends.
+        let handoff = acquired - released;
+        assert!(
+            handoff < Duration::from_secs(10),
+            "{mode}: woken after {handoff:?}"
+        );
+        println!("{mode}: acquired {handoff:?} after the release");
+    }
+}
+
+/// Attempts at a lock of `mode` the server has run: the setnx lock's plain `SET`s, or the
+/// scripts of the read/write lock.
+fn attempts(server: &RedisServer, mode: &str) -> u64 {
+    let stats = server.commandstats();
+    let count = |name: &str| stats.get(name).copied().unwrap_or(0);
+    match mode {
+        "write" => count("evalsha") + count("eval"),
+        _ => count("set"),
+    }
 }
 
 /// 200 waiters in 2 processes, each holding the lock for 20 ms: all are served, and the

@@ -314,11 +314,14 @@ impl Node {
     /// release, the give-back of an abandoned attempt) travel on one connection, so they
     /// reach the server in the order they were sent, as on a client with one connection.
     /// Holds of different tasks spread over the lanes, so that many tasks locking at once
-    /// are not all queued behind one connection's reader and writer.
+    /// are not all queued behind one connection's reader and writer. The first connection
+    /// (`conn`, also `lanes[0]`) is left to the subscriptions, the watchdog's batches and
+    /// inspection whenever there is another: no acquisition waits behind a batch of
+    /// renewals, and a lost subscriptions' connection costs no attempt (`Notifier::rejoins`).
     pub(crate) fn lane(&self, id: &HoldId) -> Conn {
         match self.lanes.len() {
-            0 => self.conn.clone(),
-            n => self.lanes[id.lane as usize % n].clone(),
+            0 | 1 => self.conn.clone(),
+            n => self.lanes[1 + id.lane as usize % (n - 1)].clone(),
         }
     }
 
