@@ -215,10 +215,11 @@ impl<'c> LockRequest<'c> {
     // Not `async fn`s, these three: each `async fn` layer that takes the request by value
     // keeps a copy of it in its future, and every acquisition moves (and a boxing caller
     // allocates) the whole future.
-    fn run(self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
+    fn run(mut self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
         let labels = Arc::new(Labels {
             mode: self.algorithm.name,
-            key: self.label.clone(),
+            // Moved: the labels are where the acquisition keeps it.
+            key: std::mem::take(&mut self.label),
             name: match (&self.key, self.record_name) {
                 (Ok(key), true) => Some(key.name().into()),
                 _ => None,
@@ -252,12 +253,11 @@ impl<'c> LockRequest<'c> {
             replicas,
             min_hold,
             fencing,
-            label,
+            label: _,
             record_name: _,
             site,
             caller,
         } = self;
-        drop(label);
         async move {
             let key = key?;
             let ttl_ms = lease::ttl_ms(ttl)?;

@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 
 use crate::handoff::{self, OpenSlot, Terms, Transfer};
 use crate::key::{LockKey, CHANNEL_SUFFIX};
-use crate::quorum::Nodes;
+use crate::quorum::{until_answered, Nodes};
 
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
@@ -337,10 +337,10 @@ impl Drop for Notifier {
     }
 }
 
-/// First pause between the `PING`s that find the subscriptions' connection back; doubled up
-/// to [`REJOIN_MAX_PAUSE`] while it stays down.
-const REJOIN_PAUSE: Duration = Duration::from_millis(10);
-const REJOIN_MAX_PAUSE: Duration = Duration::from_secs(1);
+/// Pause between the `PING`s that find the subscriptions' connection back. Each `PING` waits
+/// for redis-rs's own reconnection (with its backoff) up to the node timeout; this only keeps
+/// a server that stays down from being asked in a tight loop (as a quorum node's monitor).
+const REJOIN_PAUSE: Duration = Duration::from_millis(100);
 
 impl Notifier {
     /// Must be called inside a Tokio runtime: it starts the task behind
@@ -562,17 +562,19 @@ impl Drop for Subscription {
 async fn rejoin(channels: Arc<Channels>, nodes: Arc<Nodes>) {
     loop {
         channels.down.notified().await;
-        let mut pause = REJOIN_PAUSE;
-        loop {
+        let (ping, node_timeout) = (&redis::cmd("PING"), nodes.node_timeout);
+        until_answered(REJOIN_PAUSE, || {
             let mut conn = nodes.nodes[0].conn.clone();
-            let ping = redis::cmd("PING");
-            let answer = ping.query_async::<Value>(&mut conn);
-            if let Ok(Ok(_)) = tokio::time::timeout(nodes.node_timeout, answer).await {
-                break;
+            async move {
+                let answer = ping.query_async::<Value>(&mut conn);
+                tokio::time::timeout(node_timeout, answer)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
+                    })
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(REJOIN_MAX_PAUSE);
-        }
+        })
+        .await;
         channels.rejoins.fetch_add(1, Ordering::AcqRel);
         channels.wake_all();
     }

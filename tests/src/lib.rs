@@ -58,6 +58,7 @@ pub use kit::cluster::RedisCluster;
 pub use kit::keeper::Keeper;
 pub use kit::observer::Observer;
 pub use kit::postgres::{ensure_postgres_available, PostgresServer, PG_BINDIR_ENV, PG_USER_ENV};
+pub use kit::procfs::{cpu_time, own_cpu_time};
 pub use kit::proxy::FaultProxy;
 pub use kit::sentinel::RedisSentinel;
 pub use kit::server::{RedisServer, RedisServerBuilder};

@@ -39,7 +39,7 @@ use crate::conn::Conn;
 use crate::error::{Error, NodeError};
 use crate::key::LockKey;
 use crate::token;
-pub(crate) use node::{Node, NodeSettings};
+pub(crate) use node::{until_answered, Node, NodeSettings};
 
 static RAISE_FENCE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("raise_fence.lua")));

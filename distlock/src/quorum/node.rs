@@ -346,7 +346,7 @@ impl Drop for Node {
 /// start-up) reads `INFO server` until the server answers, and judges it by its `run_id` and
 /// uptime ([`Health::judge`]). The node stays suspect, casting no vote, until then.
 fn spawn_monitor(
-    mut conn: ConnectionManager,
+    conn: ConnectionManager,
     health: Arc<Health>,
     mut rechecks: mpsc::UnboundedReceiver<()>,
     delay: Duration,
@@ -363,17 +363,32 @@ fn spawn_monitor(
             }
             pending = false;
             while rechecks.try_recv().is_ok() {}
-            let info = loop {
-                match server_info(&mut conn).await {
-                    Ok(info) => break info,
-                    Err(_) => tokio::time::sleep(RECHECK).await,
-                }
-            };
+            let info = until_answered(RECHECK, || {
+                let mut conn = conn.clone();
+                async move { server_info(&mut conn).await }
+            })
+            .await;
             health.judge(info, delay);
             health.suspect.store(false, Ordering::Release);
         }
     })
     .abort_handle()
+}
+
+/// Asks until the server answers, pausing `pause` after each failure. After a disconnection
+/// the first answer comes once redis-rs has connected again, and on a connection with
+/// subscriptions, once it has sent them again (they go first on the new connection).
+pub(crate) async fn until_answered<T, F, Fut>(pause: Duration, mut ask: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    loop {
+        if let Ok(answer) = ask().await {
+            return answer;
+        }
+        tokio::time::sleep(pause).await;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

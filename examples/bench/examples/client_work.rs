@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_testkit::{cpu_time, own_cpu_time};
+
 /// The system allocator, counting allocations (reallocations included: each may move).
 struct Counting;
 
@@ -64,16 +66,11 @@ async fn main() {
     }
     let cycles = Arc::new(AtomicU64::new(0));
     let stop = Instant::now() + Duration::from_secs(secs);
-    let ttl = Duration::from_secs(10);
     let mut handles = Vec::new();
     match which.as_str() {
         "distlock" => {
-            let client = distlock::Client::builder(&url)
-                .connections(connections.unwrap_or(distlock::DEFAULT_CONNECTIONS))
-                .connect()
-                .await
-                .expect("connect");
-            let acquire = client.lock("sizes").ttl(ttl).acquire();
+            let client = distlock_client(&url, connections).await;
+            let acquire = client.lock("sizes").ttl(TTL).acquire();
             println!("acquire future: {} bytes", std::mem::size_of_val(&acquire));
             let guard = acquire.await.expect("acquire");
             let release = guard.release();
@@ -84,14 +81,7 @@ async fn main() {
                 handles.push(tokio::spawn(async move {
                     let key = format!("k{i}");
                     while Instant::now() < stop {
-                        let guard = client
-                            .lock(&key)
-                            .ttl(ttl)
-                            .wait(ttl)
-                            .acquire()
-                            .await
-                            .expect("acquire");
-                        guard.release().await.expect("release");
+                        distlock_cycle(&client, &key).await;
                         cycles.fetch_add(1, Ordering::Relaxed);
                     }
                 }));
@@ -100,39 +90,16 @@ async fn main() {
         "limit" => {
             let mut conns = Vec::new();
             for _ in 0..connections.unwrap_or(1).max(1) {
-                let conn = redis::Client::open(url.as_str())
-                    .expect("url")
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("connect");
-                conns.push(conn);
+                conns.push(limit_connection(&url).await);
             }
-            let release = Arc::new(redis::Script::new(
-                "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
-            ));
+            let limit = Arc::new(Limit::new());
             for i in 0..tasks {
                 let mut conn = conns[i % conns.len()].clone();
-                let (cycles, release) = (cycles.clone(), release.clone());
+                let (cycles, limit) = (cycles.clone(), limit.clone());
                 handles.push(tokio::spawn(async move {
                     let key = format!("k{i}");
                     while Instant::now() < stop {
-                        let token = format!("{:032x}", rand::random::<u128>());
-                        let taken: Option<String> = redis::cmd("SET")
-                            .arg(&key)
-                            .arg(&token)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(10_000)
-                            .query_async(&mut conn)
-                            .await
-                            .expect("SET");
-                        assert!(taken.is_some(), "distinct keys are never busy");
-                        let _: i64 = release
-                            .key(&key)
-                            .arg(&token)
-                            .invoke_async(&mut conn)
-                            .await
-                            .expect("release");
+                        limit.cycle(&mut conn, &key).await;
                         cycles.fetch_add(1, Ordering::Relaxed);
                     }
                 }));
@@ -145,8 +112,8 @@ async fn main() {
             std::process::exit(2);
         }
     }
-    let server_before = pid_cpu_seconds(server.pid());
-    let (started, cpu_before) = (Instant::now(), cpu_seconds());
+    let server_before = cpu_time(server.pid());
+    let (started, cpu_before) = (Instant::now(), own_cpu_time());
     for handle in handles {
         handle.await.expect("task");
     }
@@ -155,86 +122,113 @@ async fn main() {
     println!(
         "{which}: {:.0} cycles/s, process CPU {:.2} µs/cycle, redis-server CPU {:.2} µs/cycle",
         n / elapsed,
-        (cpu_seconds() - cpu_before) * 1e6 / n,
-        (pid_cpu_seconds(server.pid()) - server_before) * 1e6 / n
+        (own_cpu_time() - cpu_before).as_secs_f64() * 1e6 / n,
+        (cpu_time(server.pid()) - server_before).as_secs_f64() * 1e6 / n
     );
     print_commandstats(&url);
 }
 
-/// User + system CPU time of this process.
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
+/// Every cycle's lease: far longer than a cycle, so no lock ever expires under a cycle.
+const TTL: Duration = Duration::from_secs(10);
+
+/// A distlock client on `connections` connections (default: distlock's default).
+async fn distlock_client(url: &str, connections: Option<usize>) -> distlock::Client {
+    distlock::Client::builder(url)
+        .connections(connections.unwrap_or(distlock::DEFAULT_CONNECTIONS))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// One distlock acquire + release of `key`, as the bench's distlock column does it.
+async fn distlock_cycle(client: &distlock::Client, key: &str) {
+    let guard = client
+        .lock(key)
+        .ttl(TTL)
+        .wait(TTL)
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+}
+
+/// One connection for the limit: redis-rs's `MultiplexedConnection`, as in the bench.
+async fn limit_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// The bench's `limit`: `SET NX PX` with a random token, then a compare-and-delete script.
+struct Limit {
+    release: redis::Script,
+}
+
+impl Limit {
+    fn new() -> Limit {
+        Limit {
+            release: redis::Script::new(
+                "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+            ),
+        }
+    }
+
+    /// One acquire + release of `key`, which nothing else holds.
+    async fn cycle(&self, conn: &mut redis::aio::MultiplexedConnection, key: &str) {
+        let token = format!("{:032x}", rand::random::<u128>());
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .query_async(conn)
+            .await
+            .expect("SET");
+        assert!(
+            taken.is_some(),
+            "every loop has a key of its own: never busy"
+        );
+        let _: i64 = self
+            .release
+            .key(key)
+            .arg(&token)
+            .invoke_async(conn)
+            .await
+            .expect("release");
+    }
 }
 
 /// `tasks` = 0: S1's shape, one loop of sequential cycles on the main thread (the bench runs
 /// S1 in `block_on`), printing p50/p99 per cycle and the CPU time per cycle.
 async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
-    let ttl = Duration::from_secs(10);
     let mut samples = Vec::new();
     let stop = Instant::now() + Duration::from_secs(secs);
-    let cpu_before = cpu_seconds();
+    let cpu_before = own_cpu_time();
     let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
     match which {
         "distlock" => {
-            let client = distlock::Client::builder(url)
-                .connections(connections.unwrap_or(distlock::DEFAULT_CONNECTIONS))
-                .connect()
-                .await
-                .expect("connect");
+            let client = distlock_client(url, connections).await;
             while Instant::now() < stop {
                 let t = Instant::now();
-                let guard = client
-                    .lock("s1")
-                    .ttl(ttl)
-                    .wait(ttl)
-                    .acquire()
-                    .await
-                    .expect("acquire");
-                guard.release().await.expect("release");
+                distlock_cycle(&client, "s1").await;
                 samples.push(t.elapsed());
             }
         }
         _ => {
-            let mut conn = redis::Client::open(url)
-                .expect("url")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect");
-            let release = redis::Script::new(
-                "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
-            );
+            let mut conn = limit_connection(url).await;
+            let limit = Limit::new();
             while Instant::now() < stop {
                 let t = Instant::now();
-                let token = format!("{:032x}", rand::random::<u128>());
-                let taken: Option<String> = redis::cmd("SET")
-                    .arg("s1")
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(10_000)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("SET");
-                assert!(taken.is_some(), "one task: never busy");
-                let _: i64 = release
-                    .key("s1")
-                    .arg(&token)
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("release");
+                limit.cycle(&mut conn, "s1").await;
                 samples.push(t.elapsed());
             }
         }
     }
     let n = samples.len();
-    let cpu = (cpu_seconds() - cpu_before) * 1e6 / n as f64;
+    let cpu = (own_cpu_time() - cpu_before).as_secs_f64() * 1e6 / n as f64;
     let allocations = (ALLOCATIONS.load(Ordering::Relaxed) - allocations_before) as f64 / n as f64;
     samples.sort_unstable();
     let us = |q: f64| samples[((n - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
@@ -243,23 +237,6 @@ async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
         us(0.5),
         us(0.99)
     );
-}
-
-/// User + system CPU time of another process (`/proc/<pid>/stat`, in clock ticks).
-fn pid_cpu_seconds(pid: u32) -> f64 {
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // Fields after the command name, which is in parentheses: utime and stime are the
-            // 12th and 13th of them.
-            let (_, rest) = stat.rsplit_once(')')?;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / per_second
 }
 
 /// The server's time per call of each command this run used (`INFO commandstats`).

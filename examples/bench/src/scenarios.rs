@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_testkit::RedisServer;
+use distlock_testkit::{cpu_time, own_cpu_time, RedisServer};
 
 use crate::columns::Column;
 
@@ -534,13 +534,13 @@ pub async fn held_locks(
     let acquire_s = started.elapsed().as_secs_f64();
 
     let (trips_before, stats_before) = (client.renewal_round_trips(), server.commandstats());
-    let (cpu_before, server_cpu_before) = (process_cpu(), pid_cpu(server.pid()));
+    let (cpu_before, server_cpu_before) = (own_cpu_time(), cpu_time(server.pid()));
     let window_started = Instant::now();
     tokio::time::sleep(window).await;
     let elapsed = window_started.elapsed().as_secs_f64();
     let (cpu, server_cpu) = (
-        process_cpu() - cpu_before,
-        pid_cpu(server.pid()) - server_cpu_before,
+        own_cpu_time() - cpu_before,
+        cpu_time(server.pid()) - server_cpu_before,
     );
     let trips = (client.renewal_round_trips() - trips_before) as f64;
     // Nothing but renewals reaches the server in the window: one EVALSHA each.
@@ -574,35 +574,6 @@ pub async fn held_locks(
         ("client_cpu_pct", 100.0 * cpu.as_secs_f64() / elapsed),
         ("server_cpu_pct", 100.0 * server_cpu.as_secs_f64() / elapsed),
     ]))
-}
-
-/// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
-    time(usage.ru_utime) + time(usage.ru_stime)
-}
-
-/// User + system CPU time of another process, from `/proc/<pid>/stat` (clock ticks).
-fn pid_cpu(pid: u32) -> Duration {
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // Fields after the command name, which is in parentheses: utime and stime are the
-            // 12th and 13th of them.
-            let (_, rest) = stat.rsplit_once(')')?;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_nanos(ticks * 1_000_000_000 / per_second)
 }
 
 /// Calls of one command between two `INFO commandstats` snapshots.

@@ -235,11 +235,15 @@ impl FaultProxy {
     /// after 5 s should the proxy thread not get to it). A connection whose
     /// client already sent its next command sees that command go unanswered.
     pub fn reset_all(&self) {
+        self.reset_where(&self.shared.reset_all, |_| true);
+    }
+
+    /// Bumps `signal`, which the connections chosen by `chosen` (among the open ones) answer
+    /// by resetting themselves, and waits until those are closed (or 5 s passed).
+    fn reset_where(&self, signal: &watch::Sender<u64>, chosen: impl Fn(u64) -> bool) {
         let mut open = lock(&self.shared.open);
-        let targets: Vec<u64> = open.iter().copied().collect();
-        self.shared
-            .reset_all
-            .send_modify(|generation| *generation += 1);
+        let targets: Vec<u64> = open.iter().copied().filter(|&id| chosen(id)).collect();
+        signal.send_modify(|generation| *generation += 1);
         let deadline = Instant::now() + RESET_ALL_TIMEOUT;
         while targets.iter().any(|id| open.contains(id)) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -284,30 +288,8 @@ impl FaultProxy {
     /// The others are untouched. Connections accepted later are not noted until they send
     /// a pattern themselves.
     pub fn reset_noted(&self) {
-        let mut open = lock(&self.shared.open);
-        let targets: Vec<u64> = {
-            let noted = lock(&self.shared.noted);
-            open.iter()
-                .copied()
-                .filter(|id| noted.contains(id))
-                .collect()
-        };
-        self.shared
-            .reset_noted
-            .send_modify(|generation| *generation += 1);
-        let deadline = Instant::now() + RESET_ALL_TIMEOUT;
-        while targets.iter().any(|id| open.contains(id)) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            open = self
-                .shared
-                .closed
-                .wait_timeout(open, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        let noted = lock(&self.shared.noted).clone();
+        self.reset_where(&self.shared.reset_noted, |id| noted.contains(&id));
     }
 
     /// Turns every fault off: no drops (including a pending
