@@ -6,8 +6,8 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock, wake-up channel | owner, nonce, wake-up id, `s` to SPUBLISH | `1` released / `0` not held |
+//! | acquire | lock, fencing counter, waited-for mark | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | release | lock, wake-up channel, waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
 //! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
@@ -121,8 +121,9 @@ pub(crate) struct Ask {
     /// Report how long a busy lock's holder has left (a waiter that learnt it recently can
     /// spare the server the call).
     pub(crate) want_holder_ttl: bool,
-    /// The caller waits if the lock is busy (not a single try): only then is the holder's
-    /// remaining lease worth a second command on a plain acquire.
+    /// The caller waits if the lock is busy (not a single try): a busy answer then marks the
+    /// lock as waited for (a setnx lock's release publishes only when it finds that mark) and
+    /// reports the holder's remaining lease.
     pub(crate) waits: bool,
     /// Mint a fencing token (see [`LockRequest::fencing`](crate::LockRequest::fencing)).
     pub(crate) fencing: bool,
@@ -183,17 +184,19 @@ impl Algorithm {
     /// The acquire script's call (see the table above).
     fn acquire_script_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64, ask: Ask) -> Cmd {
         let flag = |on: bool| if on { "1" } else { "0" };
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 34;
-        let mut cmd = evalsha(&self.acquire, 2, 9, bytes);
+        let bytes = 3 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 48;
+        let mut cmd = evalsha(&self.acquire, 3, 11, bytes);
         cmd.arg(key.lock())
             .arg(key.fence_arg())
+            .arg(key.waited_arg())
             .arg(&*id.owner)
             .arg(ttl_ms)
             .arg(flag(ask.unsure))
             .arg(flag(ask.want_holder_ttl))
             .arg(&*id.nonce)
             .arg(&*id.holder)
-            .arg(flag(ask.fencing));
+            .arg(flag(ask.fencing))
+            .arg(flag(ask.waits));
         cmd
     }
 
@@ -202,12 +205,14 @@ impl Algorithm {
     /// and the command sent again, so a restarted server just works.
     ///
     /// A plain `SET .. GET` is settled from its reply: nil is the lock taken; another
-    /// holder's value is busy (with the holder's remaining lease from a `PTTL` only when the
-    /// caller waits and does not know it yet, or when the value is not one of ours: a string
-    /// without expiry is the application's, not a lock). Two replies need the script: this
-    /// acquisition's own value (an earlier attempt took the lock and its reply was lost: the
-    /// script makes the lease last at least the ttl, never shortening it) and `WRONGTYPE` (a
-    /// lock of another mode, or the application's data: the script tells which).
+    /// holder's value is busy for a caller that does not wait. The other replies need the
+    /// script: another holder's value when the caller waits (the script marks the lock as
+    /// waited for, so that its release publishes, and reports the holder's lease; it takes
+    /// the lock if it was freed meanwhile), a value that is not one of ours (a string without
+    /// expiry is the application's, not a lock), this acquisition's own value (an earlier
+    /// attempt took the lock and its reply was lost: the script makes the lease last at least
+    /// the ttl, never shortening it) and `WRONGTYPE` (a lock of another mode, or the
+    /// application's data: the script tells which).
     pub(crate) async fn send_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -240,25 +245,13 @@ impl Algorithm {
                 Box::pin(self.settle_by_script(conn, call, true)).await
             }
             Value::BulkString(held) => {
-                if !(call.ask.waits && call.ask.want_holder_ttl) && is_lock_value(&held) {
+                if !call.ask.waits && is_lock_value(&held) {
                     return Ok(Attempt::Busy { holder_ttl: None });
                 }
-                let ms: i64 = redis::cmd("PTTL")
-                    .arg(key.lock())
-                    .query_async(conn)
-                    .await
-                    .map_err(|e| Error::redis(Op::Acquire, key.name(), e))?;
-                match ms {
-                    // Our locks always expire: a string without expiry is the application's.
-                    -1 => Err(Error::WrongType {
-                        key: key.name().to_owned(),
-                        found: "string without expiry".to_owned(),
-                    }),
-                    // Gone since: free now, try again at once.
-                    ms => Ok(Attempt::Busy {
-                        holder_ttl: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-                    }),
-                }
+                // A caller that waits marks the lock as waited for, so that its release
+                // publishes, in the same step that finds it busy (and learns the holder's
+                // lease); a value that is not one of our locks needs the script's verdict.
+                Box::pin(self.settle_by_script(conn, call, false)).await
             }
             _ => Err(Error::Redis {
                 op: Op::Acquire,
@@ -390,16 +383,27 @@ impl Algorithm {
     /// what a setnx release publishes: empty, or on a quorum an id unique to this release
     /// call, which waiters hearing it from several nodes count once (one acquisition may be
     /// given back more than once: a failed quorum attempt, then the final release).
-    /// `sharded`: publish with `SPUBLISH` (Redis Cluster), else `PUBLISH`.
-    pub(crate) fn release_cmd(&self, key: &LockKey, id: &HoldId, wake: &str, sharded: bool) -> Cmd {
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 10;
-        let mut cmd = evalsha(&self.release, 2, 6, bytes);
+    /// `sharded`: publish with `SPUBLISH` (Redis Cluster), else `PUBLISH`. `listening`:
+    /// waiters of this client listen, so a setnx release publishes even if the lock is not
+    /// marked as waited for (they queued behind a local attempt, and never marked it).
+    pub(crate) fn release_cmd(
+        &self,
+        key: &LockKey,
+        id: &HoldId,
+        wake: &str,
+        sharded: bool,
+        listening: bool,
+    ) -> Cmd {
+        let bytes = 3 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 24;
+        let mut cmd = evalsha(&self.release, 3, 8, bytes);
         cmd.arg(key.lock())
             .arg(key.channel_arg())
+            .arg(key.waited_arg())
             .arg(&*id.owner)
             .arg(&*id.nonce)
             .arg(wake)
-            .arg(if sharded { "s" } else { "" });
+            .arg(if sharded { "s" } else { "" })
+            .arg(if listening { "1" } else { "" });
         cmd
     }
 
@@ -425,8 +429,9 @@ impl Algorithm {
         key: &LockKey,
         id: &HoldId,
         sharded: bool,
+        listening: bool,
     ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, id, "", sharded);
+        let cmd = self.release_cmd(key, id, "", sharded, listening);
         self.send_release(conn, key, &cmd).await
     }
 

@@ -682,6 +682,7 @@ impl ClientBuilder {
             nodes,
             quorum,
             node_timeout,
+            channels: channels.clone(),
         });
         Ok(self.finish(channels, nodes))
     }
@@ -719,6 +720,7 @@ impl ClientBuilder {
             nodes: vec![node],
             quorum: 1,
             node_timeout: self.response_timeout,
+            channels: channels.clone(),
         });
         Ok(self.finish(channels, nodes))
     }

@@ -1,7 +1,10 @@
 //! Wake-up on release: waiters sleep until a release is published instead of polling Redis.
 //!
-//! Every release script publishes on the lock's channel (`<lock key>:wake`, same slot), with
-//! the payload `all` when every waiter should try (readers after a writer left). The
+//! Release scripts publish on the lock's channel (`<lock key>:wake`, same slot), with the
+//! payload `all` when every waiter should try (readers after a writer left). A setnx release
+//! publishes only when someone may listen: a waiter's busy attempt marks the lock as waited
+//! for (see `setnx/acquire.lua`), and a client whose own tasks wait says so with its release
+//! ([`Channels::listening`]); an uncontended release costs Redis no `PUBLISH`. The
 //! client's connections run RESP3, so those messages arrive as push frames on a connection
 //! it already has (a single node's first one), and redis-rs re-subscribes by itself after a
 //! reconnect.
@@ -51,6 +54,9 @@ pub(crate) struct Channels {
     down: Notify,
     /// How many times that connection came back, subscribed again, so far.
     rejoins: AtomicU64,
+    /// Waiters subscribed, over all channels: lets a release see in one load that no waiter
+    /// of this client listens, the common case (see [`listening`](Self::listening)).
+    waiting: AtomicUsize,
 }
 
 struct Channel {
@@ -222,6 +228,18 @@ impl Channels {
         }
     }
 
+    /// True when a task of this client waits subscribed to `key`'s channel. Its release then
+    /// publishes whether or not the lock is marked as waited for: tasks that queued behind a
+    /// local attempt never sent one, so never marked it, and the local attempt that did mark
+    /// it may be the very hold now released.
+    pub(crate) fn listening(&self, key: &LockKey) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+            && self
+                .lock()
+                .get(key.lock())
+                .is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
+    }
+
     /// Called before a task's first attempt at a lock. If other tasks of this process are
     /// already attempting or waiting, the newcomer should queue behind them (returns
     /// [`Arrival::Queue`] with when the holder's lease ends at the latest, if known), instead
@@ -385,6 +403,7 @@ impl Notifier {
             let mut map = self.channels.lock();
             let ch = Channels::entry(&mut map, key);
             ch.waiters.fetch_add(1, Ordering::AcqRel);
+            self.channels.waiting.fetch_add(1, Ordering::AcqRel);
             ch
         };
         let subscription = Subscription {
@@ -522,6 +541,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(channels) = self.channels.upgrade() {
+            channels.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
         if self.ch.waiters.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }

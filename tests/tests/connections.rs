@@ -55,7 +55,9 @@ impl Monitor {
 
 /// The client address and the setnx owner token (its 32 random hex digits, which the
 /// holder description follows after a tab) of a `MONITOR` line that carries one:
-/// `<time> [<db> <addr>] "SET" "<key>" "<token>\t..." ..`.
+/// `<time> [<db> <addr>] "SET" "<key>" "<token>\t..." ..`. Lines a script ran inside Redis
+/// (`[0 lua]`, e.g. the `SET` of a waiter's acquire script) came on no connection: skipped,
+/// their script's own line (`EVALSHA`) says where it came from.
 fn token_of(line: &str) -> Option<(String, String)> {
     let addr = line
         .split_once(" [")?
@@ -64,6 +66,9 @@ fn token_of(line: &str) -> Option<(String, String)> {
         .0
         .split_once(' ')?
         .1;
+    if addr == "lua" {
+        return None;
+    }
     let b = line.as_bytes();
     (0..b.len().saturating_sub(34)).find_map(|i| {
         let token = &b[i + 1..i + 33];

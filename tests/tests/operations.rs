@@ -659,6 +659,42 @@ async fn listing_shows_held_locks_only() {
     drop((a, b, c));
 }
 
+/// A waiter marks a busy setnx lock as waited for, with a key beside it that lasts as long as
+/// the holder's lease; the listing names locks, not their marks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_leaves_out_the_waited_for_mark() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let held = locks.lock("list:w").acquire().await.expect("free");
+    let waiter = common::spawn_waiter(&locks, "list:w", Duration::from_secs(30));
+    let mut raw = server.async_connection().await;
+    let marked = distlock_testkit::wait_until_async(Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        async move {
+            redis::cmd("EXISTS")
+                .arg("distlock:{list:w}:waited")
+                .query_async::<bool>(&mut raw)
+                .await
+                .expect("EXISTS")
+        }
+    })
+    .await;
+    assert!(marked, "the waiter marked the lock");
+    assert_eq!(locks.list().await.expect("list"), ["list:w"]);
+    held.release().await.expect("release");
+    waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    assert!(locks.list().await.expect("list").is_empty());
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "nothing left behind: {left:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The minimum hold.
 

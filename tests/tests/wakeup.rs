@@ -4,7 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, assert_safe, client, run_contenders, subscribers};
+use futures_util::StreamExt;
+
+use common::{as_other_owner, assert_safe, client, run_contenders, spawn_waiter, subscribers};
 use distlock::Client;
 use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 
@@ -28,18 +30,7 @@ async fn a_waiter_is_woken_by_the_release_long_before_the_holders_ttl() {
         .try_acquire()
         .await
         .expect("free");
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(as_other_owner(async move {
-            let g = locks
-                .lock("wake")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await?;
-            let at = Instant::now();
-            g.release().await.map(|()| at)
-        }))
-    };
+    let waiter = spawn_waiter(&locks, "wake", Duration::from_secs(20));
     // The waiter is parked once it has subscribed to the lock's channel.
     let parked = wait_until_async(Duration::from_secs(10), || async {
         subscribers(&server, "distlock:{wake}:wake").await > 0
@@ -57,6 +48,100 @@ async fn a_waiter_is_woken_by_the_release_long_before_the_holders_ttl() {
     let handoff = acquired - released;
     assert!(handoff < Duration::from_secs(10), "woken after {handoff:?}");
     println!("hand-off {handoff:?}");
+}
+
+/// A release tells waiters only when one may be listening: a lock nobody waited for is given
+/// back without a `PUBLISH` (one call of three in the release script, the Redis work a wake-up
+/// costs on every uncontended release). Fails on the code that published on every release.
+#[tokio::test]
+async fn an_uncontended_release_publishes_nothing() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    for _ in 0..20 {
+        let g = locks.lock("alone").try_acquire().await.expect("free");
+        g.release().await.expect("release");
+    }
+    let stats = server.commandstats();
+    let published = stats.get("publish").copied().unwrap_or(0);
+    assert_eq!(published, 0, "{stats:?}");
+    assert_eq!(stats.get("del").copied(), Some(20), "{stats:?}");
+    assert!(!exists(&server, "distlock:{alone}:waited").await);
+}
+
+/// A waiter marks the lock as waited for (a key that lasts as long as the holder's lease then
+/// had to run). The holder's watchdog renews the lease past that mark: the waiter, woken by its
+/// fallback when the mark ran out, finds the lock still held and marks it again, so the
+/// release that comes later is still published and heard, and the mark is gone with the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_lease_was_renewed_past_the_waiters_mark_still_wakes_it() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let marker = "distlock:{renewed}:waited";
+    let held = locks
+        .lock("renewed")
+        .ttl(Duration::from_millis(900))
+        .try_acquire()
+        .await
+        .expect("free");
+    let waiter = spawn_waiter(&locks, "renewed", Duration::from_secs(60));
+    let parked = wait_until_async(Duration::from_secs(10), || async {
+        subscribers(&server, "distlock:{renewed}:wake").await > 0
+            && pttl_of(&server, marker).await > 0
+    })
+    .await;
+    assert!(parked, "the waiter subscribed and marked the lock");
+    // The mark only runs down unless the waiter sets it again: a longer remaining time than
+    // the last one seen means it did, after the holder's lease outlived the first mark.
+    let server = &server;
+    let last = std::cell::Cell::new(pttl_of(server, marker).await);
+    let remarked = wait_until_async(Duration::from_secs(20), || {
+        let last = &last;
+        async move {
+            let now = pttl_of(server, marker).await;
+            now > last.replace(now) + 50
+        }
+    })
+    .await;
+    assert!(
+        remarked,
+        "the waiter marked the lock again once its mark ran out"
+    );
+    let mut listener = redis::Client::open(server.url())
+        .expect("url")
+        .get_async_pubsub()
+        .await
+        .expect("pub/sub connection");
+    listener
+        .subscribe("distlock:{renewed}:wake")
+        .await
+        .expect("SUBSCRIBE");
+    held.release().await.expect("release");
+    waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let heard = tokio::time::timeout(Duration::from_secs(10), listener.on_message().next()).await;
+    assert!(
+        matches!(heard, Ok(Some(_))),
+        "the release was published: {heard:?}"
+    );
+    assert!(!exists(server, marker).await, "the mark went with the lock");
+}
+
+async fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut server.async_connection().await)
+        .await
+        .expect("EXISTS")
+}
+
+async fn pttl_of(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async::<i64>(&mut server.async_connection().await)
+        .await
+        .expect("PTTL")
 }
 
 /// The connection a client's subscriptions live on goes down; while it is down, and after the

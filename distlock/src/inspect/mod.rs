@@ -12,7 +12,7 @@ use redis::{Script, Value};
 
 use crate::client::Client;
 use crate::error::{Error, Op};
-use crate::key::{LockKey, FORCED_SUFFIX};
+use crate::key::{LockKey, FORCED_SUFFIX, WAITED_SUFFIX};
 use crate::telemetry;
 use crate::token;
 
@@ -269,7 +269,7 @@ impl Client {
                 let mut pipe = redis::pipe();
                 let candidates: Vec<Vec<u8>> = keys
                     .into_iter()
-                    .filter(|k| !k.ends_with(FORCED_SUFFIX))
+                    .filter(|k| !k.ends_with(FORCED_SUFFIX) && !k.ends_with(WAITED_SUFFIX))
                     .collect();
                 for k in &candidates {
                     pipe.cmd("PTTL").arg(k);

@@ -38,6 +38,7 @@ use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
 use crate::key::LockKey;
+use crate::notify::Channels;
 use crate::token;
 pub(crate) use node::{until_answered, Node, NodeSettings};
 
@@ -51,6 +52,9 @@ pub(crate) struct Nodes {
     pub(crate) quorum: usize,
     /// Bound on one node's answer inside a quorum operation.
     pub(crate) node_timeout: Duration,
+    /// This client's waiters: a release publishes for them even where no waiter marked the
+    /// lock (see [`Channels::listening`]).
+    pub(crate) channels: Arc<Channels>,
 }
 
 /// What one node said.
@@ -264,7 +268,10 @@ impl Nodes {
     ) -> Result<bool, Error> {
         if let Some(mut conn) = self.single(id) {
             let sharded = conn.sharded();
-            return algorithm.try_release(&mut conn, key, id, sharded).await;
+            let listening = self.channels.listening(key);
+            return algorithm
+                .try_release(&mut conn, key, id, sharded, listening)
+                .await;
         }
         // Boxed for the reason given in `acquire`.
         Box::pin(self.release_quorum(algorithm, key, id)).await
@@ -277,7 +284,8 @@ impl Nodes {
         key: &LockKey,
         id: &HoldId,
     ) -> Result<bool, Error> {
-        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id(), false));
+        let listening = self.channels.listening(key);
+        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id(), false, listening));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
             async move {
@@ -291,7 +299,8 @@ impl Nodes {
     /// Gives the hold back on every node and waits for all of them (or their timeouts): a
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
-        let cmd = &algorithm.release_cmd(key, id, &token::wake_id(), false);
+        let listening = self.channels.listening(key);
+        let cmd = &algorithm.release_cmd(key, id, &token::wake_id(), false, listening);
         self.fan_out(true, |mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })

@@ -1,7 +1,8 @@
 -- Give back one read acquisition. When the last reader leaves, wake waiters: every one of
 -- them if writers registered intents (readers waiting behind those intents share the channel,
 -- and a single wake-up could land on one of them instead of a writer), else one.
--- KEYS[1] lock hash, KEYS[2] wake-up channel; ARGV[1] owner, ARGV[2] the acquisition's nonce
+-- KEYS[1] lock hash, KEYS[2] wake-up channel (KEYS[3], the setnx lock's waited-for mark,
+-- is unused: these modes publish on every release); ARGV[1] owner, ARGV[2] the acquisition's nonce
 -- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
 -- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or

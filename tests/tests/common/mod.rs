@@ -47,6 +47,21 @@ pub async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
     LockContext::new().scope(f).await
 }
 
+/// Spawns a task that waits up to `wait` for the setnx lock `name` as another owner, releases
+/// it once it has it, and returns when it got it.
+pub fn spawn_waiter(
+    locks: &Client,
+    name: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<std::time::Instant, distlock::Error>> {
+    let locks = locks.clone();
+    tokio::spawn(as_other_owner(async move {
+        let g = locks.lock(name).wait(wait).acquire().await?;
+        let at = std::time::Instant::now();
+        g.release().await.map(|()| at)
+    }))
+}
+
 /// Starts `processes` contender processes with the same arguments and returns the count each
 /// printed after `DONE`.
 pub fn run_contenders(processes: usize, args: &[&str]) -> Vec<u64> {
