@@ -7,7 +7,7 @@
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
 //! | acquire | lock, fencing counter, waited-for mark | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock, wake-up channel, waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked | `1` released / `0` not held |
+//! | release | lock (its channel and waited-for mark derived from it) | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
 //! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
@@ -394,16 +394,25 @@ impl Algorithm {
         sharded: bool,
         listening: bool,
     ) -> Cmd {
-        let bytes = 3 * key.lock().len() + id.owner.len() + id.nonce.len() + wake.len() + 24;
-        let mut cmd = evalsha(&self.release, 3, 8, bytes);
-        cmd.arg(key.lock())
-            .arg(key.channel_arg())
-            .arg(key.waited_arg())
-            .arg(&*id.owner)
-            .arg(&*id.nonce)
-            .arg(wake)
-            .arg(if sharded { "s" } else { "" })
-            .arg(if listening { "1" } else { "" });
+        let args = [
+            id.owner.as_bytes(),
+            id.nonce.as_bytes(),
+            wake.as_bytes(),
+            if sharded { &b"s"[..] } else { b"" },
+            if listening { &b"1"[..] } else { b"" },
+        ];
+        // The script reads a missing argument as empty; each one sent costs the server work
+        // on every release (see setnx/release.lua).
+        let sent = args
+            .iter()
+            .rposition(|a| !a.is_empty())
+            .map_or(0, |i| i + 1);
+        let bytes = key.lock().len() + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut cmd = evalsha(&self.release, 1, 1 + sent, bytes);
+        cmd.arg(key.lock());
+        for arg in &args[..sent] {
+            cmd.arg(*arg);
+        }
         cmd
     }
 
@@ -612,4 +621,48 @@ pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error
         };
     }
     Error::redis(op, key.name(), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+        cmd.args_iter()
+            .skip(2) // EVALSHA and the hash
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn id(nonce: &str) -> HoldId {
+        HoldId {
+            owner: Arc::from("t0k3n"),
+            nonce: Arc::from(nonce),
+            holder: Arc::from(""),
+            lane: 0,
+        }
+    }
+
+    #[test]
+    fn a_release_leaves_off_its_trailing_empty_arguments_only() {
+        let setnx = &crate::setnx::SETNX;
+        let key = LockKey::new("p", b"k", 64).unwrap();
+        let plain = setnx.release_cmd(&key, &id(""), "", false, false);
+        assert_eq!(args(&plain), [&b"1"[..], b"p:{k}", b"t0k3n"]);
+        let listening = setnx.release_cmd(&key, &id(""), "", false, true);
+        assert_eq!(
+            args(&listening),
+            [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"", b"", b"1"]
+        );
+        let quorum = setnx.release_cmd(&key, &id(""), "w1", false, false);
+        assert_eq!(args(&quorum), [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"w1"]);
+        let sharded = setnx.release_cmd(&key, &id("n"), "", true, false);
+        assert_eq!(
+            args(&sharded),
+            [&b"1"[..], b"p:{k}", b"t0k3n", b"n", b"", b"s"]
+        );
+    }
 }

@@ -1,7 +1,7 @@
 -- Give back one acquisition of the owner's hold; the last one deletes the lock and wakes a
 -- waiter.
--- KEYS[1] lock key, KEYS[2] wake-up channel (KEYS[3], the setnx lock's waited-for mark,
--- is unused: these modes publish on every release); ARGV[1] owner, ARGV[2] the acquisition's nonce
+-- KEYS[1] lock key, its wake-up channel is KEYS[1] .. ':wake' (these modes publish on
+-- every release; trailing empty arguments are left off); ARGV[1] owner, ARGV[2] the acquisition's nonce
 -- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
 -- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, taken
@@ -16,6 +16,6 @@ end
 -- Only 'owner' and 'fence' left: that was the last acquisition.
 if redis.call('hlen', KEYS[1]) <= 2 then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], '')
+  redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1] .. ':wake', '')
 end
 return 1

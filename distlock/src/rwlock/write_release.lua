@@ -1,8 +1,8 @@
 -- Give back one write acquisition. The last one wakes every waiter: any number of readers
 -- may come in now. If the owner also holds the read lock (a downgrade), the lock stays
 -- read-held by it.
--- KEYS[1] lock hash, KEYS[2] wake-up channel (KEYS[3], the setnx lock's waited-for mark,
--- is unused: these modes publish on every release); ARGV[1] owner, ARGV[2] the acquisition's nonce
+-- KEYS[1] lock hash, its wake-up channel is KEYS[1] .. ':wake' (these modes publish on
+-- every release; trailing empty arguments are left off); ARGV[1] owner, ARGV[2] the acquisition's nonce
 -- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
 -- publish with SPUBLISH (Redis Cluster).
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
@@ -31,5 +31,5 @@ end
 redis.call('hdel', KEYS[1], 'writer', 'writer-until', 'writer-fence', 'w:' .. nonce)
 s.writer = nil
 settle(s, now)
-redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], 'all')
+redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1] .. ':wake', 'all')
 return 1
