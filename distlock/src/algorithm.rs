@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter, waited-for mark | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
 //! | release | lock (its channel and waited-for mark derived from it) | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
@@ -184,19 +184,22 @@ impl Algorithm {
     /// The acquire script's call (see the table above).
     fn acquire_script_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64, ask: Ask) -> Cmd {
         let flag = |on: bool| if on { "1" } else { "0" };
-        let bytes = 3 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 48;
-        let mut cmd = evalsha(&self.acquire, 3, 11, bytes);
+        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 36;
+        let mut cmd = evalsha(&self.acquire, 2, 9 + usize::from(ask.waits), bytes);
         cmd.arg(key.lock())
             .arg(key.fence_arg())
-            .arg(key.waited_arg())
             .arg(&*id.owner)
             .arg(ttl_ms)
             .arg(flag(ask.unsure))
             .arg(flag(ask.want_holder_ttl))
             .arg(&*id.nonce)
             .arg(&*id.holder)
-            .arg(flag(ask.fencing))
-            .arg(flag(ask.waits));
+            .arg(flag(ask.fencing));
+        // The script reads a missing flag as unset (see setnx/release.lua on what an
+        // argument costs); only a waiter sends it.
+        if ask.waits {
+            cmd.arg("1");
+        }
         cmd
     }
 
@@ -644,6 +647,23 @@ mod tests {
             holder: Arc::from(""),
             lane: 0,
         }
+    }
+
+    #[test]
+    fn only_a_waiting_acquire_sends_the_waits_flag() {
+        let setnx = &crate::setnx::SETNX;
+        let key = LockKey::new("p", b"k", 64).unwrap();
+        let ask = |waits| Ask {
+            unsure: false,
+            want_holder_ttl: true,
+            waits,
+            fencing: false,
+        };
+        let once = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(false)));
+        assert_eq!(once.len(), 1 + 2 + 7, "{once:?}");
+        let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true)));
+        assert_eq!(waiting[..once.len()], once[..]);
+        assert_eq!(waiting[once.len()..], [b"1".to_vec()]);
     }
 
     #[test]

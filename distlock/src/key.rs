@@ -31,7 +31,9 @@ const DISPLAY_MAX: usize = 120;
 
 /// Suffix of the pub/sub channel releases are announced on.
 pub(crate) const CHANNEL_SUFFIX: &[u8] = b":wake";
-/// Suffix of the mark a waiter sets on a busy setnx lock, so that its release publishes.
+/// Suffix of the mark a waiter sets on a busy setnx lock, so that its release publishes (the
+/// setnx scripts derive it from the lock key, spelled `':waited'` there). It expires when the
+/// holder's lease, as the waiter saw it, would have ended, and goes with the lock at its release.
 pub(crate) const WAITED_SUFFIX: &[u8] = b":waited";
 /// Suffix of the fencing counter.
 const FENCE_SUFFIX: &[u8] = b":fence";
@@ -127,13 +129,6 @@ impl LockKey {
     /// [`fence`](Self::fence) as a command argument, written without a copy of its own.
     pub(crate) fn fence_arg(&self) -> Suffixed<'_> {
         Suffixed(&self.base, FENCE_SUFFIX)
-    }
-
-    /// The mark that someone waits for the lock (a setnx lock's release publishes only when
-    /// it finds one), as a command argument. It expires when the holder's lease, as the
-    /// waiter saw it, would have ended, and goes with the lock at its release.
-    pub(crate) fn waited_arg(&self) -> Suffixed<'_> {
-        Suffixed(&self.base, WAITED_SUFFIX)
     }
 
     /// The record of the last forced unlock, as a command argument.

@@ -6,8 +6,8 @@
 -- A field per acquisition, not a counter, makes every call idempotent: a retried acquire finds
 -- its field and counts nothing twice, a retried or stale release finds no field and frees
 -- nothing, and a guard left from an earlier tenure cannot release the owner's new hold.
--- KEYS[1] lock key, KEYS[2] fencing counter (same slot; KEYS[3], the
--- setnx lock's waited-for mark, and ARGV[8] are unused: these modes publish on every release)
+-- KEYS[1] lock key, KEYS[2] fencing counter (same slot; ARGV[8], the setnx
+-- lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce, ARGV[6] who
 -- takes it (stored for inspection, never compared), ARGV[7] '1' to mint a fencing token (a
 -- tenure taken without one mints it at the first re-entry that asks); ARGV[3]

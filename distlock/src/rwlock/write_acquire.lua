@@ -1,7 +1,7 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
--- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; KEYS[3], the
--- setnx lock's waited-for mark, and ARGV[8] are unused: these modes publish on every release)
+-- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; ARGV[8], the setnx
+-- lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
 -- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared),
 -- ARGV[7] '1' to mint a fencing token (a tenure taken without one mints it at the first

@@ -2,14 +2,16 @@
 -- Without fencing the client sends the plain `SET key token NX PX ttl GET` instead and runs
 -- this script only for the rare replies that need it (its own token: a lost reply; WRONGTYPE:
 -- another mode's lock or the application's data).
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] the lock's waited-for mark (same slot)
+-- KEYS[1] lock key, KEYS[2] fencing counter (same slot); the lock's waited-for mark is
+-- KEYS[1] .. ':waited' (same slot by the hash tag, made here like release.lua's)
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds, ARGV[3] '1' when an earlier attempt of
 -- this acquisition may have succeeded without its reply reaching us, ARGV[4] '1' when the
 -- caller wants the holder's remaining ttl (a waiter that knows a recent one does not),
 -- ARGV[5] the acquisition's nonce (unused: the token is already unique per acquisition),
 -- ARGV[6] who takes it (unused: the token carries it), ARGV[7] '1' to mint a fencing token,
 -- ARGV[8] '1' when the caller waits if the lock is busy: it is then marked as waited for
--- (KEYS[3], for as long as the holder's lease has left), so that its release publishes.
+-- (for as long as the holder's lease has left), so that its release publishes. Sent only
+-- when set: a missing ARGV[8] reads as nil, so a caller that does not wait sends 7 arguments.
 -- A waiter sleeps at most that long before it tries (and marks) again, and the mark is set
 -- in the same step that found the lock busy: no release can fall between the two unheard.
 -- Returns {1, fencing token or -1 if not asked} when held, {0, holder's remaining ms or -1 if
@@ -73,7 +75,7 @@ if ttl >= 0 then
     return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
   end
   if waits then
-    redis.call('set', KEYS[3], '1', 'PX', math.max(ttl, 1))
+    redis.call('set', KEYS[1] .. ':waited', '1', 'PX', math.max(ttl, 1))
   end
   return {0, ttl}
 end
