@@ -347,7 +347,7 @@ impl<'c> LockRequest<'c> {
             };
             let started = Instant::now();
             let deadline = started.checked_add(wait);
-            let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone());
+            let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone(), algorithm.shared);
             // Tasks of this process already waiting for the lock go first (unless holders may
             // share it: a reader can get in beside the readers inside). A re-entry never queues:
             // those tasks wait for the very hold it extends.

@@ -82,6 +82,12 @@ struct Channel {
     dropped: AtomicBool,
     /// Local waiters that take a hold handed to them (see [`crate::handoff`]).
     handoff: handoff::Queue,
+    /// Releases heard that free the lock for many (a writer leaving), and subscriptions made
+    /// (a release just before one reached nobody here): counted, because the waiters between
+    /// an attempt's busy answer and their sleep miss such a wake-up (a `Notify` keeps one
+    /// permit, not one per waiter), and must know to try again (see
+    /// [`Subscription::wake_alls`]).
+    wake_alls: AtomicU64,
 }
 
 impl handoff::HasQueue for Channel {
@@ -102,6 +108,7 @@ impl Channel {
             courtesy_until: Mutex::new(None),
             dropped: AtomicBool::new(false),
             handoff: handoff::Queue::default(),
+            wake_alls: AtomicU64::new(0),
         })
     }
 }
@@ -186,6 +193,7 @@ impl Channels {
                 // lets every reader in) says so; any other wakes one waiter.
                 match push.data.get(1) {
                     Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
+                        ch.wake_alls.fetch_add(1, Ordering::AcqRel);
                         ch.released.notify_waiters();
                         ch.released.notify_one();
                     }
@@ -226,6 +234,14 @@ impl Channels {
             }
             _ => {}
         }
+    }
+
+    /// How many releases that free `key` for many this process heard on its channel (0 when
+    /// nobody here listens to it); see [`Subscription::wake_alls`].
+    pub(crate) fn wake_alls(&self, key: &LockKey) -> u64 {
+        self.lock()
+            .get(key.lock())
+            .map_or(0, |ch| ch.wake_alls.load(Ordering::Acquire))
     }
 
     /// True when a task of this client waits subscribed to `key`'s channel. Its release then
@@ -393,8 +409,10 @@ impl Notifier {
     /// The subscription is confirmed before this returns, so a release published afterwards
     /// cannot be missed. Returns whether this call sent the SUBSCRIBE: that caller must
     /// re-check the lock once before sleeping, since a release just before the subscription
-    /// reached nobody. Later joiners need not: such a release was either heard by this
-    /// process or preceded the first joiner's re-check.
+    /// reached nobody. Later joiners need not, unless they may share the lock: such a release
+    /// was either heard by this process or preceded the first joiner's re-check, which takes
+    /// an exclusive lock for itself but lets only itself into a shared one (readers compare
+    /// [`Subscription::wake_alls`], which counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
         key: &LockKey,
@@ -421,6 +439,7 @@ impl Notifier {
         if !nodes.is_quorum() {
             nodes.nodes[0].conn.clone().subscribe(&channel).await?;
             subscribed.push(0);
+            ch.wake_alls.fetch_add(1, Ordering::AcqRel);
             return Ok((subscription, true));
         }
         // Releases publish on every node that held the lock, but any one node may be frozen
@@ -450,6 +469,7 @@ impl Notifier {
             return Err(last_error
                 .unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()));
         }
+        ch.wake_alls.fetch_add(1, Ordering::AcqRel);
         Ok((subscription, true))
     }
 }
@@ -523,6 +543,15 @@ impl Subscription {
     /// Joins the lock's queue of waiters that take a hold handed to them.
     pub(crate) fn open_slot(&self, terms: Terms) -> OpenSlot {
         handoff::Queue::open(self.ch.clone(), terms)
+    }
+
+    /// How many releases that free the lock for many were heard on the channel, plus the
+    /// subscriptions made to it. A waiter that may share the lock (a reader) compares it with
+    /// the count when its last attempt was sent: such a release in between freed the lock
+    /// for it too, though its wake-up may have gone to another waiter, and one just before a
+    /// subscription reached nobody here.
+    pub(crate) fn wake_alls(&self) -> u64 {
+        self.ch.wake_alls.load(Ordering::Acquire)
     }
 
     /// Sleeps until a release is published (true) or `fallback` passes (false). Returns true

@@ -39,10 +39,20 @@ pub(crate) struct Waiter<'a> {
     woken: bool,
     /// [`Notifier::rejoins`] when this caller's last attempt was sent.
     attempt_rejoins: u64,
+    /// Holders may share the lock (a reader): a release that frees it for many is for this
+    /// caller too, even if another waiter took its wake-up.
+    shared: bool,
+    /// [`Subscription::wake_alls`] when this caller's last attempt was sent (shared only).
+    attempt_wake_alls: u64,
 }
 
 impl<'a> Waiter<'a> {
-    pub(crate) fn new(notifier: &'a Notifier, key: &LockKey, terms: Option<Terms>) -> Self {
+    pub(crate) fn new(
+        notifier: &'a Notifier,
+        key: &LockKey,
+        terms: Option<Terms>,
+        shared: bool,
+    ) -> Self {
         Waiter {
             notifier,
             key: key.clone(),
@@ -53,12 +63,21 @@ impl<'a> Waiter<'a> {
             handed: None,
             woken: false,
             attempt_rejoins: notifier.rejoins(),
+            shared,
+            attempt_wake_alls: 0,
         }
     }
 
-    /// Called as each attempt is sent (see [`Notifier::rejoins`]).
+    /// Called as each attempt is sent (see [`Notifier::rejoins`] and
+    /// [`Subscription::wake_alls`]).
     pub(crate) fn attempting(&mut self) {
         self.attempt_rejoins = self.notifier.rejoins();
+        if self.shared {
+            self.attempt_wake_alls = match &self.subscription {
+                Some(sub) => sub.wake_alls(),
+                None => self.notifier.channels().wake_alls(&self.key),
+            };
+        }
     }
 
     /// The hold a local holder handed this caller while it waited, if any: the caller now
@@ -187,6 +206,14 @@ impl<'a> Waiter<'a> {
                 Err(_) => return false,
             },
         };
+        // A release that freed the lock for many came between this caller's last attempt and
+        // now: its wake-up reached the waiters asleep then, and left one permit, which
+        // another waiter between its attempt and its sleep may have taken. Attempt at once.
+        // (A count that differs because the channel's entry was made anew since counts too.)
+        if self.shared && sub.wake_alls() != self.attempt_wake_alls {
+            self.subscription = Some(sub);
+            return true;
+        }
         if holder_known {
             sub.holder_seen(cap);
         }
