@@ -36,7 +36,7 @@ use crate::key::LockKey;
 pub(crate) struct HoldId {
     pub(crate) owner: Arc<str>,
     pub(crate) nonce: Arc<str>,
-    /// Who took it (`token::holder`), stored by the acquire script with the acquisition for
+    /// Who took it (`holders::describe`), stored by the acquire script with the acquisition for
     /// inspection; empty where the owner token already carries it (setnx).
     pub(crate) holder: Arc<str>,
     /// Which of a single node's connections its commands travel on (see
@@ -96,7 +96,7 @@ impl std::ops::Deref for Lua {
 /// How a mode names the owner of a hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OwnerKind {
-    /// 128 random bits per acquisition; the same task asking again is refused client-side,
+    /// 126 random bits per acquisition; the same task asking again is refused client-side,
     /// since waiting on itself would deadlock.
     Token,
     /// Client id plus the current [`LockContext`](crate::LockContext): the same task re-enters.
@@ -605,13 +605,14 @@ fn is_wrong_type(e: &redis::RedisError) -> bool {
 }
 
 /// True when a string value has the shape of a setnx lock's (see
-/// `token::owner_token_described`): 32 lowercase hex digits and a tab.
+/// `token::owner_token_described`): a token and a tab. Earlier builds wrote 32 hex digits
+/// as the token, which passes too (a value it misjudges only costs the script call).
 fn is_lock_value(value: &[u8]) -> bool {
-    value.len() > 32
-        && value[32] == b'\t'
-        && value[..32]
+    let token = value.iter().position(|&c| c == b'\t').unwrap_or(0);
+    (16..=32).contains(&token)
+        && value[..token]
             .iter()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+            .all(|c| crate::holders::ALPHABET.contains(c))
 }
 
 /// Maps a failed script call, turning Redis's WRONGTYPE (a helper key of the lock holds the

@@ -131,6 +131,9 @@ pub fn describe(info: &LockInfo) -> String {
     }
     if let Some(h) = &info.holder {
         let _ = writeln!(s, "holder: {}", h.owner);
+        if let Some(process) = &h.process {
+            let _ = writeln!(s, "  process: {process}");
+        }
         if let Some(host) = &h.host {
             let _ = writeln!(s, "  host: {host}");
         }

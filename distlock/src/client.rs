@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::context::LockContext;
 use crate::error::{Error, NodeError};
 use crate::handoff::HandOffLimits;
+use crate::holders::Records;
 use crate::key::{self, LockKey};
 use crate::lease::LeaseState;
 use crate::lock::LockRequest;
@@ -679,6 +680,7 @@ impl ClientBuilder {
             .node_timeout
             .unwrap_or_else(|| self.response_timeout.min(Duration::from_millis(100)));
         let nodes = Arc::new(Nodes {
+            records: Records::new(&self.prefix, nodes.len()),
             nodes,
             quorum,
             node_timeout,
@@ -721,6 +723,7 @@ impl ClientBuilder {
             quorum: 1,
             node_timeout: self.response_timeout,
             channels: channels.clone(),
+            records: Records::new(&self.prefix, 1),
         });
         Ok(self.finish(channels, nodes))
     }

@@ -28,7 +28,7 @@
 //! # Modes
 //!
 //! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
-//!   with 128 random bits per acquisition (one plain `SET .. NX PX .. GET`, Redis 7.0 or later,
+//!   with 126 random bits per acquisition (one plain `SET .. NX PX .. GET`, Redis 7.0 or later,
 //!   unless a fencing token is asked for); release and extension check the token atomically.
 //!   The same task asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
 //! * [`Client::reentrant`]: a hash of owner -> hold count (seeds 002, 003), owned by the Tokio
@@ -89,6 +89,7 @@ mod context;
 mod error;
 mod guard;
 mod handoff;
+mod holders;
 mod inspect;
 mod key;
 mod lease;

@@ -14,6 +14,7 @@ use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
 use crate::handoff::{Tenure, Terms, Transfer};
+use crate::holders;
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
 use crate::quorum::Nodes;
@@ -276,8 +277,8 @@ impl<'c> LockRequest<'c> {
                 min_hold,
             };
             let site = match site {
-                Some(site) => token::Site::Fn(site),
-                None => token::Site::Caller(caller),
+                Some(site) => holders::Site::Fn(site),
+                None => holders::Site::Caller(caller),
             };
             let inner = client.inner();
             let replicas = replicas.or(inner.replicas);
@@ -303,7 +304,7 @@ impl<'c> LockRequest<'c> {
                 OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
                 OwnerKind::Context => (
                     Arc::from(format!("{}:{context}", inner.id)),
-                    Arc::from(token::holder(&site)),
+                    Arc::from(holders::describe(site)),
                 ),
             };
             // An id names one acquisition: a retry after a lost reply finds its own hold in place
@@ -345,6 +346,7 @@ impl<'c> LockRequest<'c> {
                 }
                 _ => None,
             };
+            let site_number = holders::site_number(site);
             let started = Instant::now();
             let deadline = started.checked_add(wait);
             let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone(), algorithm.shared);
@@ -384,7 +386,15 @@ impl<'c> LockRequest<'c> {
                 pending.armed = true;
                 let (error, holder_ttl) = match inner
                     .nodes
-                    .acquire(algorithm, &key, &pending.id, ttl_ms, ask, replicas)
+                    .acquire(
+                        algorithm,
+                        &key,
+                        &pending.id,
+                        ttl_ms,
+                        ask,
+                        replicas,
+                        site_number,
+                    )
                     .await
                 {
                     Ok(Attempt::Acquired { fence }) => {

@@ -1,57 +1,33 @@
 //! Random identities: owner tokens and client ids.
 
-use std::panic::Location;
 use std::sync::Arc;
 
 use rand::Rng;
 
-/// 128 random bits as 32 hex digits, appended to `s`: a fresh owner token for one acquisition,
-/// so a release or extension can prove it is the holder (seeds 000-003: the value is a random
-/// UUID).
+use crate::holders::{self, Site, ALPHABET};
+
+/// Length of an owner token.
+pub(crate) const TOKEN_LEN: usize = 21;
+
+/// 126 random bits as 21 characters of URL-safe base 64, appended to `s`: a fresh owner token
+/// for one acquisition, so a release or extension can prove it is the holder (seeds 000-003:
+/// the value is a random UUID, which has 122).
 fn push_owner_token(s: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bits = rand::rng().random::<u128>();
-    let mut digits = [0u8; 32];
-    for (i, d) in digits.iter_mut().enumerate() {
-        *d = HEX[(bits >> (124 - 4 * i)) as usize & 0xf];
+    let mut chars = [0u8; TOKEN_LEN];
+    for (i, c) in chars.iter_mut().enumerate() {
+        *c = ALPHABET[(bits >> (6 * i)) as usize & 63];
     }
-    // Written as one str, not 32 chars (each `char` push encodes UTF-8 and checks capacity).
-    s.push_str(std::str::from_utf8(&digits).unwrap_or_default());
+    // Written as one str, not 21 chars (each `char` push encodes UTF-8 and checks capacity).
+    s.push_str(std::str::from_utf8(&chars).unwrap_or_default());
 }
 
-/// Where a lock is taken, for its holder description: the locked fn (set by the attributes)
-/// or the caller's source location. Both live for the whole program, so their address names
-/// them.
-#[derive(Clone, Copy)]
-pub(crate) enum Site {
-    Fn(&'static str),
-    Caller(&'static Location<'static>),
-}
-
-impl Site {
-    fn id(self) -> (usize, usize) {
-        match self {
-            Site::Fn(f) => (f.as_ptr() as usize, f.len()),
-            Site::Caller(at) => (at as *const Location<'static> as usize, usize::MAX),
-        }
-    }
-}
-
-impl std::fmt::Display for Site {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Site::Fn(name) => f.write_str(name),
-            Site::Caller(at) => at.fmt(f),
-        }
-    }
-}
-
-/// A fresh owner token that also says who holds the lock (see [`holder`]): the 32 random hex
-/// digits, a tab, then the description. A setnx lock keeps only its token as its value, so
-/// the description rides in it; release and renewal compare the whole value. Built in one
-/// buffer and shared (the guard and the watchdog both keep it): two allocations per
-/// acquisition. The description up to its time is formatted once per thread and site, not
-/// per acquisition (formatting it was a tenth of the client's work per uncontended cycle).
+/// A fresh owner token that also says who holds the lock (see [`holders`](crate::holders)):
+/// the token, a tab, then the description, 41 or 42 bytes. A setnx lock keeps only its token
+/// as its value, so the description rides in it; release and renewal compare the whole value.
+/// Built in one buffer and shared (the guard and the watchdog both keep it): two allocations
+/// per acquisition. The description up to its time is composed once per thread and site, not
+/// per acquisition.
 pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
     thread_local! {
         static DESCRIBED: std::cell::RefCell<((usize, usize), String, String)> =
@@ -61,7 +37,7 @@ pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
         let mut cached = cached.borrow_mut();
         if cached.0 != site.id() || cached.1.is_empty() {
             cached.1.clear();
-            push_holder_up_to_time(&mut cached.1, &site);
+            holders::push_up_to_time(&mut cached.1, site);
             cached.0 = site.id();
         }
         // Composed in a buffer the thread keeps, then copied once into the shared value.
@@ -70,81 +46,11 @@ pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
         push_owner_token(&mut s);
         s.push('\t');
         s.push_str(&cached.1);
-        push_decimal(&mut s, unix_ms());
+        holders::push_time(&mut s);
         let value = Arc::from(s.as_str());
         cached.2 = s;
         value
     })
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn push_decimal(s: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    s.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
-}
-
-/// `host=<host>\tpid=<pid>`, computed once per process.
-static PROCESS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| format!("host={}\tpid={}", clean(&hostname()), std::process::id()));
-
-/// Who takes a lock, stored with it for [`Client::inspect`](crate::Client::inspect):
-/// `host=<host>\tpid=<pid>\tsite=<fn or file:line>\tat=<unix ms>`. Tabs and newlines in the
-/// parts are replaced, so the fields always split.
-pub(crate) fn holder(site: &dyn std::fmt::Display) -> String {
-    let mut s = String::with_capacity(PROCESS.len() + 96);
-    push_holder(&mut s, site);
-    s
-}
-
-/// [`holder`], appended to `s`.
-fn push_holder(s: &mut String, site: &dyn std::fmt::Display) {
-    push_holder_up_to_time(s, site);
-    push_decimal(s, unix_ms());
-}
-
-/// [`holder`] without the time's digits: `host=..\tpid=..\tsite=..\tat=`.
-fn push_holder_up_to_time(s: &mut String, site: &dyn std::fmt::Display) {
-    use std::fmt::Write as _;
-    let start = s.len();
-    s.push_str(&PROCESS);
-    let _ = write!(s, "\tsite={site}\tat=");
-    if s[start..].contains(['\n', '\t']) {
-        // The site's own tabs and newlines would split the fields.
-        let site_at = start + PROCESS.len() + "\tsite=".len();
-        let cleaned = s[site_at..s.len() - "\tat=".len()].replace(['\n', '\t'], " ");
-        s.truncate(site_at);
-        s.push_str(&cleaned);
-        s.push_str("\tat=");
-    }
-}
-
-fn clean(s: &str) -> String {
-    s.replace(['\t', '\n'], " ")
-}
-
-/// This machine's name, as the kernel knows it (Linux), else the usual variables.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// The nonce of an acquisition that needs none (a setnx lock on one node: its token already
@@ -180,28 +86,26 @@ mod tests {
     fn tokens_are_fixed_width_and_distinct() {
         let a = owner_token();
         let b = owner_token();
-        assert_eq!(a.len(), 32);
-        assert!(a
-            .bytes()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(a.len(), super::TOKEN_LEN);
+        assert!(a.bytes().all(|c| super::ALPHABET.contains(&c)));
         assert_ne!(a, b);
         assert_eq!(super::client_id().len(), 16);
-        let described = super::owner_token_described(super::Site::Fn("a\nsite"));
+    }
+
+    #[test]
+    fn a_described_token_stays_within_one_allocation_on_the_server() {
+        let long = super::Site::Fn("a::long::module::path::to::a::locked::fn::with::a::long::name");
+        let described = super::owner_token_described(long);
+        // Redis keeps a string of at most 44 bytes in one allocation with its header.
+        assert!(described.len() <= 44, "{described}");
         let (token, holder) = described.split_once('\t').expect("a tab");
-        assert_eq!(token.len(), 32);
-        assert!(holder.starts_with("host=") && holder.contains("\tsite=a site\tat="));
-        let at: u64 = holder
-            .rsplit_once("\tat=")
-            .expect("time")
-            .1
-            .parse()
-            .expect("ms");
-        assert!(at > 1_700_000_000_000);
-        // The cached description follows the site, and tabs in a site do not split fields.
-        let other = super::owner_token_described(super::Site::Fn("b\tc"));
-        assert!(other.contains("\tsite=b c\tat="), "{other}");
+        assert_eq!(token.len(), super::TOKEN_LEN);
+        let read = crate::holders::parse(holder).expect("a description");
+        assert_eq!(read.site, crate::holders::site_number(long));
+        // The cached description follows the site.
         let here =
             super::owner_token_described(super::Site::Caller(std::panic::Location::caller()));
-        assert!(here.contains("\tsite=distlock/src/token.rs:"), "{here}");
+        let site = crate::holders::parse(here.split_once('\t').expect("tab").1).expect("read");
+        assert_ne!(site.site, read.site);
     }
 }

@@ -162,6 +162,8 @@ async fn run(shared: Arc<Shared>, nodes: Arc<Nodes>) {
             continue;
         }
         let sent = Instant::now();
+        // A client that only renews keeps its holders' record alive too.
+        nodes.records.rewrite_if_old(&nodes.nodes);
         if let [node] = &nodes.nodes[..] {
             if let Conn::Cluster(_) = node.conn {
                 let (replies, pipelines) =

@@ -21,7 +21,10 @@ BEFORE="if redis.pcall('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]
 MARKED="if redis.pcall('get', KEYS[1]) == ARGV[1] then if redis.call('del', KEYS[1], KEYS[3]) > 1 or ARGV[5] == '1' then redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], ARGV[3]) end return 1 end return 0"
 KEY='distlock:{bench-key-000017}'
 TOKEN=0123456789abcdef0123456789abcdef
+# The setnx value before the process record (token and the whole holder description), and now
+# (a 21-character token, the process's tag, the site's number and the time in base 36).
 DESCRIBED="$TOKEN	host=vm-1234abcd	pid=123456	site=examples/bench/src/columns.rs:210:18	at=1764045000000"
+SHORT="Xq3_9aZ-0PqLm2Rt7vWy1	AbCdEfGh.3.mhx2k1a0"
 
 # requests SCRIPT SHA: writes N request pairs (or single script calls) as RESP to stdout.
 requests() {
@@ -78,9 +81,10 @@ echo "  limit's compare-and-delete:             $(per_call limit "$(set_first "$
 echo "  before 3f6cc74 (2 keys, 4 arguments, PUBLISH): $(per_call before "$(set_first "$BEFORE")" script 2 "$KEY" "$KEY:wake" "$DESCRIBED" "" "" "")"
 echo "  3f6cc74 (3 keys, 5 arguments, no PUBLISH): $(per_call marked "$(set_first "$MARKED")" script 3 "$KEY" "$KEY:wake" "$KEY:waited" "$DESCRIBED" "" "" "" "")"
 echo "  3f6cc74, trailing empty arguments off:  $(per_call trimmed "$(set_first "$MARKED")" script 3 "$KEY" "$KEY:wake" "$KEY:waited" "$DESCRIBED")"
-echo "  now (1 key, 1 argument):                $(per_call now "$(set_first "$RELEASE")" script 1 "$KEY" "$DESCRIBED")"
+echo "  940a782 (1 key, 1 argument, ${#DESCRIBED}-byte value): $(per_call now "$(set_first "$RELEASE")" script 1 "$KEY" "$DESCRIBED")"
+echo "  now (1 key, 1 argument, ${#SHORT}-byte value):   $(per_call short "$(set_first "$RELEASE")" script 1 "$KEY" "$SHORT")"
 echo "uncontended cycle, per SET + release pair:"
 echo "  limit (32-byte token):                  $(per_call limitcycle "$LIMIT" limit "$TOKEN")"
-for value in "$TOKEN" "$TOKEN	host=vm1" "$TOKEN	host=vm-1234abcd	pid=1" "$DESCRIBED"; do
+for value in "$TOKEN" "$SHORT" "$TOKEN	host=vm-1234" "$TOKEN	host=vm-1234abcd	pid=1" "$DESCRIBED"; do
   echo "  distlock, ${#value}-byte value:               $(per_call cycle "$RELEASE" cycle "$value")"
 done

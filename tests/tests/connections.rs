@@ -53,8 +53,9 @@ impl Monitor {
     }
 }
 
-/// The client address and the setnx owner token (its 32 random hex digits, which the
-/// holder description follows after a tab) of a `MONITOR` line that carries one:
+/// The client address and the setnx owner token (its 21 random characters of URL-safe
+/// base 64, which the holder description follows after a tab) of a `MONITOR` line that
+/// carries one:
 /// `<time> [<db> <addr>] "SET" "<key>" "<token>\t..." ..`. Lines a script ran inside Redis
 /// (`[0 lua]`, e.g. the `SET` of a waiter's acquire script) came on no connection: skipped,
 /// their script's own line (`EVALSHA`) says where it came from.
@@ -70,10 +71,12 @@ fn token_of(line: &str) -> Option<(String, String)> {
         return None;
     }
     let b = line.as_bytes();
-    (0..b.len().saturating_sub(34)).find_map(|i| {
-        let token = &b[i + 1..i + 33];
-        (b[i] == b'"' && token.iter().all(u8::is_ascii_hexdigit) && b[i + 33] == b'\\')
-            .then(|| (addr.to_owned(), line[i + 1..i + 33].to_owned()))
+    const LEN: usize = 21;
+    let token_char = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_';
+    (0..b.len().saturating_sub(LEN + 2)).find_map(|i| {
+        let token = &b[i + 1..i + 1 + LEN];
+        (b[i] == b'"' && token.iter().all(token_char) && b[i + 1 + LEN] == b'\\')
+            .then(|| (addr.to_owned(), line[i + 1..i + 1 + LEN].to_owned()))
     })
 }
 

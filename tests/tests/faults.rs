@@ -452,25 +452,27 @@ async fn a_lost_acquire_reply_is_recognised_by_the_retry_with_and_without_fencin
         .expect("connect through the proxy");
     let raw = server.async_connection().await;
     let ttl = Duration::from_secs(30);
+    // One call site for the warm-up and the test's acquisition (see below).
+    let request = |name: &str, fencing: bool| {
+        locks
+            .lock(name)
+            .ttl(ttl)
+            .wait(Duration::from_secs(3600))
+            .fencing(fencing)
+    };
     for fencing in [false, true] {
         let name = format!("lost-reply-{fencing}");
-        // The acquire script loaded beforehand, so its one call below is counted once.
-        let warm = locks.lock("warm").fencing(true).try_acquire().await;
+        // The acquire script loaded beforehand, so its one call below is counted once, and
+        // the process's record naming the call site written, so the reply dropped below is
+        // the acquisition's.
+        let warm = request("warm", true).try_acquire().await;
         warm.expect("free").release().await.expect("release");
         let scripts = command_calls(&raw, "evalsha").await;
         proxy.drop_next_reply();
-        let g = tokio::time::timeout(
-            EVENT_LIMIT,
-            locks
-                .lock(&name)
-                .ttl(ttl)
-                .wait(Duration::from_secs(3600))
-                .fencing(fencing)
-                .acquire(),
-        )
-        .await
-        .expect("the retry waited on its own hold")
-        .expect("acquired by the retry");
+        let g = tokio::time::timeout(EVENT_LIMIT, request(&name, fencing).acquire())
+            .await
+            .expect("the retry waited on its own hold")
+            .expect("acquired by the retry");
         assert_eq!(proxy.replies_dropped(), 1 + u64::from(fencing));
         assert!(g.is_held());
         assert_eq!(g.fencing_token().is_some(), fencing);

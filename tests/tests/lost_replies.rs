@@ -164,7 +164,7 @@ async fn lock_keys(server: &RedisServer) -> Vec<String> {
         .await
         .expect("KEYS");
     keys.into_iter()
-        .filter(|k| !k.ends_with(":fence"))
+        .filter(|k| !k.ends_with(":fence") && !k.ends_with(":process"))
         .collect()
 }
 

@@ -692,7 +692,80 @@ async fn listing_leaves_out_the_waited_for_mark() {
         .query_async(&mut raw)
         .await
         .expect("KEYS");
-    assert!(left.is_empty(), "nothing left behind: {left:?}");
+    // The process's record (who its holds' tags name) stays; nothing of the lock does.
+    assert!(
+        left.iter().all(|k| k.ends_with("}:process")),
+        "nothing left behind: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_setnx_value_fits_one_server_allocation_and_names_its_holder_through_the_process_record()
+{
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let first = locks.lock("rec:1").acquire().await.expect("free");
+    let mut raw = server.async_connection().await;
+    // At most 44 bytes Redis keeps a string in one allocation with its header; every byte of
+    // the value is copied, compared and sent back on every acquisition and release.
+    let value: String = redis::cmd("GET")
+        .arg("distlock:{rec:1}")
+        .query_async(&mut raw)
+        .await
+        .expect("GET");
+    assert!(value.len() <= 44, "{value:?} is {} bytes", value.len());
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg("distlock:{rec:1}")
+        .query_async(&mut raw)
+        .await
+        .expect("OBJECT ENCODING");
+    assert_eq!(encoding, "embstr");
+
+    let h = locks.inspect("rec:1").await.expect("inspect").holder;
+    let h = h.expect("held");
+    assert_eq!(h.pid, Some(std::process::id()));
+    assert!(h.host.is_some_and(|h| !h.is_empty()));
+    assert!(h.site.is_some_and(|s| s.contains("operations.rs")));
+    assert!(recent(h.acquired_at));
+    let process = h.process.expect("the holder's process tag");
+    let record = format!("distlock:{{{process}}}:process");
+    let pid: Option<u32> = redis::cmd("HGET")
+        .arg(&record)
+        .arg("pid")
+        .query_async(&mut raw)
+        .await
+        .expect("HGET");
+    assert_eq!(pid, Some(std::process::id()));
+    let kept = redis::cmd("PTTL")
+        .arg(&record)
+        .query_async::<i64>(&mut raw)
+        .await
+        .expect("PTTL");
+    assert!(kept > 0, "the record expires (PTTL {kept})");
+    assert_eq!(locks.list().await.expect("list"), ["rec:1"]);
+
+    // The record lost (a server restarted without persistence, a failover): the holder is
+    // still told apart by its process and time.
+    let _: () = redis::cmd("DEL")
+        .arg(&record)
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    let lost = locks.inspect("rec:1").await.expect("inspect").holder;
+    let lost = lost.expect("still held");
+    assert_eq!(lost.process.as_deref(), Some(process.as_str()));
+    assert_eq!(lost.acquired_at, h.acquired_at);
+    assert_eq!((lost.host, lost.pid, lost.site), (None, None, None));
+
+    // A hold from a site the server's record lacks writes the whole record again first.
+    let second = locks.lock("rec:2").acquire().await.expect("free");
+    let again = locks.inspect("rec:1").await.expect("inspect").holder;
+    let again = again.expect("still held");
+    assert_eq!(again.pid, Some(std::process::id()));
+    assert!(again.site.is_some_and(|s| s.contains("operations.rs")));
+    first.release().await.expect("release");
+    second.release().await.expect("release");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 //! For operators: who holds a lock, listing locks, and removing one by force.
 //!
-//! Every hold carries a description of who took it (host, pid, call site, time), written by
-//! the acquire script in the same step as the hold (setnx: after the owner token in the
-//! lock's value; reentrant and write holds: as the value of the acquisition's field), so
-//! inspection costs the lock path nothing but those bytes.
+//! Every hold carries a short description of who took it (the process's tag, the call site's
+//! number, the time), written by the acquire script in the same step as the hold (setnx: after
+//! the owner token in the lock's value; reentrant and write holds: as the value of the
+//! acquisition's field); the process's record says what the tag and number stand for (host,
+//! pid, site; see `holders`). Inspection reads both; the lock path pays about 20 bytes per
+//! hold and one write per call site and server.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,6 +14,7 @@ use redis::{Script, Value};
 
 use crate::client::Client;
 use crate::error::{Error, Op};
+use crate::holders::{self, Described, RECORD_SUFFIX};
 use crate::key::{LockKey, FORCED_SUFFIX, WAITED_SUFFIX};
 use crate::telemetry;
 use crate::token;
@@ -56,6 +59,11 @@ pub struct Holder {
     /// The owner as the scripts compare it (setnx: the random token; other modes: client id
     /// and task context).
     pub owner: String,
+    /// The holder's process, as a tag drawn once per process: it names the record of the
+    /// process's host, pid and sites (the hash `<prefix>:{<tag>}:process`), and still tells
+    /// holders apart where that record is gone (a restarted server, before the holder
+    /// rewrites it within a minute).
+    pub process: Option<String>,
     /// The machine the holder runs on.
     pub host: Option<String>,
     /// The holder's process id.
@@ -157,9 +165,17 @@ impl Client {
                 .key(key.forced_arg())
                 .invoke_async(&mut conn)
                 .await;
-            let info = reply
+            let mut info = reply
                 .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
                 .and_then(|v| parse_info(&key, v));
+            if let Ok((info, Some(described))) = &mut info {
+                if let Some(holder) = &mut info.holder {
+                    let prefix = &self.inner().prefix;
+                    (holder.host, holder.pid, holder.site) =
+                        holders::look_up(&mut conn, prefix, described).await;
+                }
+            }
+            let info = info.map(|(info, _)| info);
             if matches!(&info, Ok(i) if i.is_held()) {
                 return info;
             }
@@ -184,7 +200,7 @@ impl Client {
                 "force_unlock needs a reason: it is logged and kept beside the lock",
             ));
         }
-        let by = token::holder(&"force_unlock");
+        let by = holders::process_description();
         let wake = if self.is_quorum() {
             token::wake_id()
         } else {
@@ -269,7 +285,11 @@ impl Client {
                 let mut pipe = redis::pipe();
                 let candidates: Vec<Vec<u8>> = keys
                     .into_iter()
-                    .filter(|k| !k.ends_with(FORCED_SUFFIX) && !k.ends_with(WAITED_SUFFIX))
+                    .filter(|k| {
+                        ![FORCED_SUFFIX, WAITED_SUFFIX, RECORD_SUFFIX]
+                            .iter()
+                            .any(|suffix| k.ends_with(suffix))
+                    })
                     .collect();
                 for k in &candidates {
                     pipe.cmd("PTTL").arg(k);
@@ -350,12 +370,19 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Parses `host=..\tpid=..\tsite=..\tat=..` (see `token::holder`).
-fn described(owner: String, text: &str) -> Holder {
+/// Reads a hold's description: `<tag>.<site>.<at>` (see `holders`), returned too for the
+/// look-up of the process's record, or the `host=..\tpid=..\tsite=..\tat=..` that earlier
+/// builds wrote whole.
+fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
     let mut h = Holder {
         owner,
         ..Holder::default()
     };
+    if let Some(d) = holders::parse(text) {
+        h.process = Some(d.process.clone());
+        h.acquired_at = Some(d.at);
+        return (h, Some(d));
+    }
     for part in text.split('\t') {
         match part.split_once('=') {
             Some(("host", v)) => h.host = Some(v.to_owned()),
@@ -370,10 +397,12 @@ fn described(owner: String, text: &str) -> Holder {
             _ => {}
         }
     }
-    h
+    (h, None)
 }
 
-fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
+/// The lock's state, and the description of its reported holder when it points to a
+/// process's record.
+fn parse_info(key: &LockKey, reply: Value) -> Result<(LockInfo, Option<Described>), Error> {
     let bad = || {
         Error::redis(
             Op::Inspect,
@@ -396,6 +425,7 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
         Value::Int(ms) => *ms,
         _ => return Err(bad()),
     };
+    let mut description_read = None;
     let mut info = LockInfo {
         name: key.name().to_owned(),
         mode: None,
@@ -438,7 +468,9 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
             let (owner, description) = value.split_once('\t').unwrap_or((&value, ""));
             info.mode = Some(LockMode::SetNx);
             info.remaining = pttl;
-            info.holder = Some(described(owner.to_owned(), description));
+            let (holder, d) = described(owner.to_owned(), description);
+            info.holder = Some(holder);
+            description_read = d;
             info.hold_count = 1;
             info.fencing_token = info.last_fencing_token;
         }
@@ -455,10 +487,12 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
                     .collect();
                 info.mode = Some(LockMode::Reentrant);
                 info.hold_count = holds.len() as u32;
-                info.holder = Some(earliest(owner, &holds));
+                let (holder, d) = earliest(owner, &holds);
+                info.holder = Some(holder);
+                description_read = d;
                 info.fencing_token = field("fence").and_then(|f| f.parse().ok());
             } else {
-                parse_rw(&mut info, &fields, now);
+                description_read = parse_rw(&mut info, &fields, now);
             }
         }
         other => {
@@ -468,21 +502,22 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<LockInfo, Error> {
             })
         }
     }
-    Ok(info)
+    Ok((info, description_read))
 }
 
 /// The first acquisition's description among several (re-entries come later).
-fn earliest(owner: &str, descriptions: &[&str]) -> Holder {
+fn earliest(owner: &str, descriptions: &[&str]) -> (Holder, Option<Described>) {
     descriptions
         .iter()
         .map(|d| described(owner.to_owned(), d))
-        .min_by_key(|h| h.acquired_at)
+        .min_by_key(|(h, _)| h.acquired_at)
         .unwrap_or_else(|| described(owner.to_owned(), ""))
 }
 
 /// A read/write hash (layout in `rwlock/prelude.lua`), read as the scripts would: leases and
 /// intents that have ended by the server's clock count as gone.
-fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) {
+fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) -> Option<Described> {
+    let mut description_read = None;
     let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
     let ms = |v: &str| v.parse::<i64>().ok();
     let writer_until = field("writer-until").and_then(ms);
@@ -495,7 +530,9 @@ fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) {
                 .collect();
             info.mode = Some(LockMode::Write);
             info.hold_count = holds.len() as u32;
-            info.holder = Some(earliest(writer, &holds));
+            let (holder, d) = earliest(writer, &holds);
+            info.holder = Some(holder);
+            description_read = d;
             info.fencing_token = field("writer-fence").and_then(|f| f.parse().ok());
         }
     }
@@ -531,6 +568,7 @@ fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) {
     if info.mode.is_none() && info.waiting_writers.is_empty() {
         info.remaining = None;
     }
+    description_read
 }
 
 #[cfg(test)]
@@ -553,12 +591,13 @@ mod tests {
 
     #[test]
     fn descriptions_parse_and_tolerate_garbage() {
-        let h = described("o".into(), "host=h1\tpid=42\tsite=a.rs:3\tat=1000");
+        let (h, d) = described("o".into(), "host=h1\tpid=42\tsite=a.rs:3\tat=1000");
+        assert_eq!(d, None);
         assert_eq!(h.host.as_deref(), Some("h1"));
         assert_eq!(h.pid, Some(42));
         assert_eq!(h.site.as_deref(), Some("a.rs:3"));
         assert_eq!(h.acquired_at, Some(UNIX_EPOCH + Duration::from_secs(1)));
-        let h = described("o".into(), "1");
+        let (h, _) = described("o".into(), "1");
         assert_eq!(h.host, None);
         assert_eq!(h.owner, "o");
     }

@@ -37,6 +37,7 @@ use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
 use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
+use crate::holders::Records;
 use crate::key::LockKey;
 use crate::notify::Channels;
 use crate::token;
@@ -55,6 +56,8 @@ pub(crate) struct Nodes {
     /// This client's waiters: a release publishes for them even where no waiter marked the
     /// lock (see [`Channels::listening`]).
     pub(crate) channels: Arc<Channels>,
+    /// The process's record on each node, naming the holders of this client's holds.
+    pub(crate) records: Records,
 }
 
 /// What one node said.
@@ -130,7 +133,20 @@ impl Nodes {
         ttl_ms: u64,
         ask: Ask,
         replicas: Option<Replicas>,
+        site: u32,
     ) -> Result<Attempt, Error> {
+        if self.records.lacks(site) {
+            // Before the first hold from a call site: the record that names it.
+            // It goes on the acquisition's own connection (a single node's lane), so it
+            // reaches the server first; boxed, as a rare path, out of the hot future.
+            let conns: Vec<Conn> = match self.single(id) {
+                Some(conn) => vec![conn],
+                None => self.nodes.iter().map(|n| n.conn.clone()).collect(),
+            };
+            let write = self.records.write_lacking(site, conns, self.node_timeout);
+            Box::pin(write).await;
+        }
+        self.records.rewrite_if_old(&self.nodes);
         if let Some(mut conn) = self.single(id) {
             if let Some(replicas) = replicas {
                 let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
