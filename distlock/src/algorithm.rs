@@ -57,7 +57,7 @@ pub(crate) struct Algorithm {
     /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
     /// as Redlock; the others are refused there rather than run unproven.
     pub(crate) quorum: bool,
-    /// Without fencing, the acquire is the plain `SET key value NX PX ttl GET` rather than
+    /// Without fencing, the acquire is the plain `SET key value NX PX ttl [GET]` rather than
     /// the script (setnx: the value alone is the lock).
     pub(crate) plain_acquire: bool,
     pub(crate) acquire: Lua,
@@ -130,7 +130,7 @@ pub(crate) struct Ask {
 }
 
 /// One acquire attempt as built for the wire: a script call, or (setnx without fencing) the
-/// plain `SET key value NX PX ttl GET`. Built once per attempt; a quorum sends the same one
+/// plain `SET key value NX PX ttl [GET]`. Built once per attempt; a quorum sends the same one
 /// to every node.
 pub(crate) struct AcquireCall<'a> {
     key: &'a LockKey,
@@ -139,16 +139,23 @@ pub(crate) struct AcquireCall<'a> {
     ask: Ask,
     cmd: Cmd,
     plain: bool,
+    /// The plain command carries `GET` (a caller that does not wait).
+    get: bool,
 }
 
 impl Algorithm {
     /// The acquire attempt as a command, built once per attempt. A setnx lock without
-    /// fencing is one plain command, `SET key value NX PX ttl GET` (Redis 7.0 or later): no
-    /// script, and its reply says whether the lock is free (nil), already this acquisition's
-    /// (an earlier attempt whose reply was lost took it) or someone else's; the rare answers
-    /// that need more (the name held by another mode or by the application, a lost reply)
-    /// are settled by a follow-up, see [`send_acquire`](Self::send_acquire). Every other
-    /// case runs the mode's acquire script.
+    /// fencing is one plain command, no script. For a caller that waits it is
+    /// `SET key value NX PX ttl`: taken (`OK`), or not, and then the acquire script follows
+    /// (as it would anyway for a waiter that finds the lock busy: it marks the lock as waited
+    /// for and reports the holder's lease; it also recognises this acquisition's own hold
+    /// after a lost reply, and another mode's lock or the application's data). For a caller
+    /// that does not wait it is `SET key value NX PX ttl GET` (Redis 7.0 or later), whose
+    /// reply says whether the lock is free (nil), already this acquisition's or someone
+    /// else's, so that a busy lock costs one round trip; the rare answers that need more are
+    /// settled by a follow-up, see [`send_acquire`](Self::send_acquire). `GET` costs the
+    /// server about 900 instructions per acquisition (callgrind), a waiter has no use for
+    /// it. Every other case runs the mode's acquire script.
     pub(crate) fn acquire_cmd<'a>(
         &self,
         key: &'a LockKey,
@@ -156,8 +163,10 @@ impl Algorithm {
         ttl_ms: u64,
         ask: Ask,
     ) -> AcquireCall<'a> {
-        let plain =
-            self.plain_acquire && !ask.fencing && !SET_NX_GET_REFUSED.load(Ordering::Relaxed);
+        let get = !ask.waits;
+        let plain = self.plain_acquire
+            && !ask.fencing
+            && !(get && SET_NX_GET_REFUSED.load(Ordering::Relaxed));
         let cmd = if plain {
             let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
             cmd.arg("SET")
@@ -165,8 +174,10 @@ impl Algorithm {
                 .arg(&*id.owner)
                 .arg("NX")
                 .arg("PX")
-                .arg(ttl_ms)
-                .arg("GET");
+                .arg(ttl_ms);
+            if get {
+                cmd.arg("GET");
+            }
             cmd
         } else {
             self.acquire_script_cmd(key, id, ttl_ms, ask)
@@ -178,6 +189,7 @@ impl Algorithm {
             ask,
             cmd,
             plain,
+            get,
         }
     }
 
@@ -207,15 +219,16 @@ impl Algorithm {
     /// `EVALSHA`, and on `NOSCRIPT` (a restarted server, `SCRIPT FLUSH`) the script is loaded
     /// and the command sent again, so a restarted server just works.
     ///
+    /// A waiter's plain `SET .. NX PX` is settled from its reply: `OK` is the lock taken,
+    /// nil needs the script (see [`acquire_cmd`](Self::acquire_cmd)).
+    ///
     /// A plain `SET .. GET` is settled from its reply: nil is the lock taken; another
     /// holder's value is busy for a caller that does not wait. The other replies need the
-    /// script: another holder's value when the caller waits (the script marks the lock as
-    /// waited for, so that its release publishes, and reports the holder's lease; it takes
-    /// the lock if it was freed meanwhile), a value that is not one of ours (a string without
-    /// expiry is the application's, not a lock), this acquisition's own value (an earlier
-    /// attempt took the lock and its reply was lost: the script makes the lease last at least
-    /// the ttl, never shortening it) and `WRONGTYPE` (a lock of another mode, or the
-    /// application's data: the script tells which).
+    /// script: a value that is not one of ours (a string without expiry is the
+    /// application's, not a lock), this acquisition's own value (an earlier attempt took the
+    /// lock and its reply was lost: the script makes the lease last at least the ttl, never
+    /// shortening it) and `WRONGTYPE` (a lock of another mode, or the application's data:
+    /// the script tells which).
     pub(crate) async fn send_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -242,6 +255,13 @@ impl Algorithm {
             Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
         };
         match reply {
+            Value::Okay if !call.get => Ok(Attempt::Acquired { fence: None }),
+            Value::SimpleString(ok) if !call.get && ok == "OK" => {
+                Ok(Attempt::Acquired { fence: None })
+            }
+            // Not set: busy (or ours after a lost reply, or another mode's, or the
+            // application's); the waiter's script settles which, and marks the lock.
+            Value::Nil if !call.get => Box::pin(self.settle_by_script(conn, call, false)).await,
             Value::Nil => Ok(Attempt::Acquired { fence: None }),
             Value::BulkString(held) if held == call.id.owner.as_bytes() => {
                 // Boxed, like the other rare paths: it would size every attempt's future.
@@ -261,7 +281,7 @@ impl Algorithm {
                 key: Some(key.name().to_owned()),
                 source: redis::RedisError::from((
                     ErrorKind::UnexpectedReturnType,
-                    "SET .. GET answered in an unexpected shape",
+                    "SET .. NX PX answered in an unexpected shape",
                 )),
             }),
         }
@@ -593,7 +613,8 @@ fn text(value: &Value) -> String {
 
 /// True for Redis's WRONGTYPE error: the key holds a value of another type.
 /// Set once a server refused `SET .. NX .. GET` (Redis before 7.0): from then on this process
-/// takes setnx locks with the acquire script, which needs no newer server.
+/// takes setnx locks for callers that do not wait with the acquire script, which needs no
+/// newer server (waiters send no `GET`).
 static SET_NX_GET_REFUSED: AtomicBool = AtomicBool::new(false);
 
 fn is_syntax_error(e: &redis::RedisError) -> bool {
@@ -665,6 +686,34 @@ mod tests {
         let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true)));
         assert_eq!(waiting[..once.len()], once[..]);
         assert_eq!(waiting[once.len()..], [b"1".to_vec()]);
+    }
+
+    #[test]
+    fn only_an_acquire_that_does_not_wait_asks_set_for_the_old_value() {
+        let setnx = &crate::setnx::SETNX;
+        let key = LockKey::new("p", b"k", 64).unwrap();
+        let id = id("");
+        let ask = |waits| Ask {
+            unsure: false,
+            want_holder_ttl: true,
+            waits,
+            fencing: false,
+        };
+        let words = |waits| -> Vec<Vec<u8>> {
+            let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits));
+            assert!(call.plain && call.get == !waits);
+            call.cmd
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(bytes) => bytes.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect()
+        };
+        let set = [&b"SET"[..], b"p:{k}", b"t0k3n", b"NX", b"PX", b"1000"];
+        assert_eq!(words(true), set);
+        assert_eq!(words(false)[..6], set);
+        assert_eq!(words(false)[6..], [b"GET".to_vec()]);
     }
 
     #[test]

@@ -28,8 +28,9 @@
 //! # Modes
 //!
 //! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
-//!   with 126 random bits per acquisition (one plain `SET .. NX PX .. GET`, Redis 7.0 or later,
-//!   unless a fencing token is asked for); release and extension check the token atomically.
+//!   with 126 random bits per acquisition (one plain command unless a fencing token is asked
+//!   for; a caller that does not wait adds `GET`, Redis 7.0 or later, to learn who holds
+//!   it); release and extension check the token atomically.
 //!   The same task asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
 //! * [`Client::reentrant`]: a hash of owner -> hold count (seeds 002, 003), owned by the Tokio
 //!   task (see [`LockContext`]); nested acquisitions in one task re-enter.
