@@ -701,7 +701,7 @@ mod tests {
         };
         let words = |waits| -> Vec<Vec<u8>> {
             let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits));
-            assert!(call.plain && call.get == !waits);
+            assert!(call.plain && call.get != waits);
             call.cmd
                 .args_iter()
                 .map(|a| match a {
