@@ -28,8 +28,12 @@ pub const DEFAULT_PREFIX: &str = "distlock";
 /// Default longest lock name in bytes. Lock names are identifiers; a name this long is
 /// almost certainly a value pasted in by mistake (and every acquire would send it).
 pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
-/// Default number of connections of a single-node client (see [`ClientBuilder::connections`]).
-pub const DEFAULT_CONNECTIONS: usize = 4;
+/// Default number of connections of a single-node client (see [`ClientBuilder::connections`]):
+/// one for wake-ups, renewals and inspection, one for acquisitions. More connections spread
+/// many tasks' acquisitions over more reader and writer tasks, but each request then shares
+/// its system calls with fewer others; on the 2-core VMs measured, 2 was never the slowest,
+/// and on the last one 4 gave 15 % less S2 throughput than 2 (README, Performance).
+pub const DEFAULT_CONNECTIONS: usize = 2;
 /// The most connections [`ClientBuilder::connections`] accepts.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Default time a quorum node's server must have been up before its vote counts: the default
@@ -464,8 +468,9 @@ impl ClientBuilder {
     /// commands (attempts, release, the give-back of an abandoned attempt) on one of them,
     /// the one of the task that takes the lock, so they reach the server in order as on one
     /// connection; the tasks spread over them. Many tasks locking at once then do not all
-    /// queue behind one connection's reader and writer (the README's Performance section
-    /// has the figures). Wake-ups, renewals and inspection use the first connection, and with
+    /// queue behind one connection's reader and writer, at the price of fewer requests per
+    /// system call (the README's Performance section has the figures for 1, 2 and 4: which
+    /// wins depends on the machine). Wake-ups, renewals and inspection use the first connection, and with
     /// two or more, acquisitions use the others: an acquisition never waits behind a batch
     /// of renewals, and a waiter's attempts never wait for the subscriptions' connection to
     /// come back after a loss (the waiter is told when it is back, and tries then). Each

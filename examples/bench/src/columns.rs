@@ -187,7 +187,16 @@ impl Kind {
                         .connect()
                         .await
                 } else {
-                    distlock::Client::connect(&urls[0]).await
+                    // The default number of connections, unless an A/B run sets it (README,
+                    // "Several connections to one node").
+                    let connections = std::env::var("DISTLOCK_BENCH_CONNECTIONS")
+                        .ok()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(distlock::DEFAULT_CONNECTIONS);
+                    distlock::Client::builder(&urls[0])
+                        .connections(connections)
+                        .connect()
+                        .await
                 };
                 Arc::new(Distlock {
                     client: client.map_err(|e| failed(&e))?,
