@@ -80,7 +80,10 @@
 //! fencing counter (written only by acquisitions that ask for a token) at
 //! `distlock:{order:42}:fence` in the same Redis Cluster slot. A name that
 //! already carries a hash tag (`order:{42}`) keeps it. Names must be non-empty UTF-8, at most
-//! 8 KiB by default.
+//! 8 KiB by default. Each process that takes locks also keeps a small record at
+//! `distlock:{<tag>}:process` (host, pid, call sites), which the short holder description
+//! stored with each hold points to, for [`Client::inspect`]; it expires a day after its last
+//! write.
 #![warn(missing_docs)]
 
 mod algorithm;
