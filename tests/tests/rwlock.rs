@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{as_other_owner, client, lock_key, run_contenders, spawn_holder};
 use distlock::{Client, Error};
-use distlock_testkit::{wait_until_async, Observer, RedisServer};
+use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -878,6 +878,71 @@ async fn a_writers_release_wakes_every_waiting_reader() {
         assert!(
             woken < Duration::from_secs(5),
             "a reader was woken after {woken:?}"
+        );
+    }
+}
+
+/// Readers of one client whose busy answers come back after the writer released, a release
+/// none of them heard (nobody here had subscribed to the lock yet): the first to subscribe
+/// re-checks and gets in, and the others, which join its subscription, must re-check too,
+/// since the lock is free for them as well. The replies to this client are delayed through
+/// the proxy, so the order is forced: the attempts reach the server at once, the release
+/// follows, and the busy answers and the subscription come after it. Fails on the code before
+/// af32497: the joiners slept until their wait ran out (the first reader keeps its hold until
+/// all are in, so its release cannot wake them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_that_join_a_subscription_after_an_unheard_release_check_again() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start_for(&server);
+    let holder = client(&server).await;
+    let readers_client = Client::connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    // One call site for the warm-up and the readers: the read script is loaded and the
+    // process's record written beforehand, so each reader's attempt is one EVALSHA.
+    fn read<'a>(locks: &'a Client, name: &str) -> distlock::LockRequest<'a> {
+        locks.read(name).wait(Duration::from_secs(20))
+    }
+    let warm = read(&readers_client, "warm").acquire().await.expect("free");
+    warm.release().await.expect("release");
+    let w = holder
+        .write("unheard")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .expect("free");
+    let evalsha = || server.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = evalsha();
+    proxy.reply_latency(Duration::from_millis(400));
+    let inside = Arc::new(AtomicI64::new(0));
+    let (all_in_tx, all_in) = tokio::sync::watch::channel(());
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (locks, inside, all_in_tx) =
+            (readers_client.clone(), inside.clone(), all_in_tx.clone());
+        let mut all_in = all_in.clone();
+        readers.spawn(async move {
+            let g = read(&locks, "unheard").acquire().await.expect("reader");
+            let at = Instant::now();
+            if inside.fetch_add(1, Ordering::SeqCst) == 2 {
+                all_in_tx.send(()).expect("signal");
+            }
+            // Stay until all three are in: a reader's own release would wake the next.
+            all_in.changed().await.expect("all in");
+            g.release().await.expect("release");
+            at
+        });
+    }
+    // All three attempts reached the server (their busy answers are on their way).
+    let attempted = wait_until_async(EVENT_LIMIT, || async { evalsha() >= before + 3 }).await;
+    assert!(attempted, "the readers never attempted");
+    let released = Instant::now();
+    w.release().await.expect("release");
+    while let Some(at) = readers.join_next().await {
+        let woken = at.expect("reader task") - released;
+        assert!(
+            woken < Duration::from_secs(5),
+            "a reader got in only after {woken:?}"
         );
     }
 }
