@@ -835,29 +835,7 @@ async fn a_writers_release_wakes_every_waiting_reader() {
         .try_acquire()
         .await
         .expect("free");
-    let inside = Arc::new(AtomicI64::new(0));
-    let (all_in_tx, all_in) = tokio::sync::watch::channel(());
-    let mut readers = tokio::task::JoinSet::new();
-    for _ in 0..3 {
-        let (locks, inside, all_in_tx) = (locks.clone(), inside.clone(), all_in_tx.clone());
-        let mut all_in = all_in.clone();
-        readers.spawn(async move {
-            let g = locks
-                .read("wake")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .expect("reader");
-            let at = Instant::now();
-            if inside.fetch_add(1, Ordering::SeqCst) == 2 {
-                all_in_tx.send(()).expect("signal");
-            }
-            // Stay until all three are in: they share the lock.
-            all_in.changed().await.expect("all in");
-            g.release().await.expect("release");
-            at
-        });
-    }
+    let mut readers = three_sharing_readers(&locks, "wake");
     // All three tried once and are parked on the lock's channel.
     let parked = wait_until_async(EVENT_LIMIT, || async {
         let (_, n): (String, i64) = redis::cmd("PUBSUB")
@@ -873,13 +851,7 @@ async fn a_writers_release_wakes_every_waiting_reader() {
     assert!(parked);
     let released = Instant::now();
     w.release().await.expect("release");
-    while let Some(at) = readers.join_next().await {
-        let woken = at.expect("reader task") - released;
-        assert!(
-            woken < Duration::from_secs(5),
-            "a reader was woken after {woken:?}"
-        );
-    }
+    all_get_in_soon(&mut readers, released).await;
 }
 
 /// Readers of one client whose busy answers come back after the writer released, a release
@@ -898,12 +870,12 @@ async fn readers_that_join_a_subscription_after_an_unheard_release_check_again()
     let readers_client = Client::connect(&proxy.url())
         .await
         .expect("connect through the proxy");
-    // One call site for the warm-up and the readers: the read script is loaded and the
+    // The warm-up goes through the readers' call site: the read script is loaded and the
     // process's record written beforehand, so each reader's attempt is one EVALSHA.
-    fn read<'a>(locks: &'a Client, name: &str) -> distlock::LockRequest<'a> {
-        locks.read(name).wait(Duration::from_secs(20))
-    }
-    let warm = read(&readers_client, "warm").acquire().await.expect("free");
+    let warm = reader(&readers_client, "warm")
+        .acquire()
+        .await
+        .expect("free");
     warm.release().await.expect("release");
     let w = holder
         .write("unheard")
@@ -914,30 +886,46 @@ async fn readers_that_join_a_subscription_after_an_unheard_release_check_again()
     let evalsha = || server.commandstats().get("evalsha").copied().unwrap_or(0);
     let before = evalsha();
     proxy.reply_latency(Duration::from_millis(400));
-    let inside = Arc::new(AtomicI64::new(0));
-    let (all_in_tx, all_in) = tokio::sync::watch::channel(());
-    let mut readers = tokio::task::JoinSet::new();
-    for _ in 0..3 {
-        let (locks, inside, all_in_tx) =
-            (readers_client.clone(), inside.clone(), all_in_tx.clone());
-        let mut all_in = all_in.clone();
-        readers.spawn(async move {
-            let g = read(&locks, "unheard").acquire().await.expect("reader");
-            let at = Instant::now();
-            if inside.fetch_add(1, Ordering::SeqCst) == 2 {
-                all_in_tx.send(()).expect("signal");
-            }
-            // Stay until all three are in: a reader's own release would wake the next.
-            all_in.changed().await.expect("all in");
-            g.release().await.expect("release");
-            at
-        });
-    }
+    let mut readers = three_sharing_readers(&readers_client, "unheard");
     // All three attempts reached the server (their busy answers are on their way).
     let attempted = wait_until_async(EVENT_LIMIT, || async { evalsha() >= before + 3 }).await;
     assert!(attempted, "the readers never attempted");
     let released = Instant::now();
     w.release().await.expect("release");
+    all_get_in_soon(&mut readers, released).await;
+}
+
+/// A reader of `name` that waits up to 20 s; one call site for every reader of the tests
+/// below (and their warm-ups).
+fn reader<'a>(locks: &'a Client, name: &str) -> distlock::LockRequest<'a> {
+    locks.read(name).wait(Duration::from_secs(20))
+}
+
+/// Three tasks that each take a read hold of `name` and keep it until all three are in (so
+/// that no reader's own release wakes the next); each returns when it got in.
+fn three_sharing_readers(locks: &Client, name: &'static str) -> tokio::task::JoinSet<Instant> {
+    let inside = Arc::new(AtomicI64::new(0));
+    let (all_in_tx, all_in) = tokio::sync::watch::channel(());
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let (locks, inside, all_in_tx) = (locks.clone(), inside.clone(), all_in_tx.clone());
+        let mut all_in = all_in.clone();
+        readers.spawn(async move {
+            let g = reader(&locks, name).acquire().await.expect("reader");
+            let at = Instant::now();
+            if inside.fetch_add(1, Ordering::SeqCst) == 2 {
+                all_in_tx.send(()).expect("signal");
+            }
+            all_in.changed().await.expect("all in");
+            g.release().await.expect("release");
+            at
+        });
+    }
+    readers
+}
+
+/// Every reader got in within 5 s of the writer's `released` (their wait is 20 s).
+async fn all_get_in_soon(readers: &mut tokio::task::JoinSet<Instant>, released: Instant) {
     while let Some(at) = readers.join_next().await {
         let woken = at.expect("reader task") - released;
         assert!(
