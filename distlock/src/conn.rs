@@ -5,8 +5,9 @@
 //! watchdog, the wake-ups) talks to a [`Conn`] through `redis::aio::ConnectionLike` and does
 //! not know which deployment is behind it. The differences live here:
 //!
-//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself; a client
-//!   opens several and keeps each acquisition's commands on one of them (see
+//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself, for the
+//!   subscriptions, renewals and inspection; and for the acquisitions a [`Link`] (plain TCP)
+//!   or further `ConnectionManager`s, each acquisition's commands on one of them (see
 //!   `quorum::Node::lane`);
 //! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
 //!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a
@@ -15,6 +16,7 @@
 //!   whole cluster;
 //! * **Sentinel**: see [`sentinel`].
 
+pub(crate) mod link;
 pub(crate) mod sentinel;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -22,12 +24,15 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+pub(crate) use link::Link;
 pub(crate) use sentinel::SentinelConn;
 
 /// A connection to one deployment; cheap to clone (clones share the connection).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
+    /// An acquisition lane of a single node (see [`link`]): commands only.
+    Link(Link),
     Cluster(ClusterConnection),
     Sentinel(SentinelConn),
 }
@@ -36,6 +41,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Link(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
@@ -49,6 +55,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Link(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -57,6 +64,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            Conn::Link(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
         }
@@ -75,6 +83,7 @@ impl Conn {
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.subscribe(channel).await,
+            Conn::Link(_) => Err(no_subscriptions()),
             Conn::Cluster(c) => c.ssubscribe(channel).await,
             Conn::Sentinel(c) => c.subscribe(channel).await,
         }
@@ -84,6 +93,7 @@ impl Conn {
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.unsubscribe(channel).await,
+            Conn::Link(_) => Err(no_subscriptions()),
             Conn::Cluster(c) => c.sunsubscribe(channel).await,
             Conn::Sentinel(c) => c.unsubscribe(channel).await,
         }
@@ -106,6 +116,15 @@ impl Conn {
             other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
         }
     }
+}
+
+/// Subscriptions go on a node's first connection, never on an acquisition lane.
+fn no_subscriptions() -> redis::RedisError {
+    (
+        redis::ErrorKind::Client,
+        "subscriptions go on the node's first connection",
+    )
+        .into()
 }
 
 impl Conn {

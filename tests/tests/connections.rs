@@ -258,3 +258,73 @@ async fn a_server_without_room_for_every_connection_is_reported_at_connect() {
         "{refused:?}"
     );
 }
+
+/// Acquisitions abandoned mid-request (a timeout around them) at every point: queued, written,
+/// reading the answers for the callers before them. The acquisition connection reads each
+/// answer for the request it belongs to even so: none is lost, none goes to the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_request() {
+    let server = RedisServer::start();
+    let proxy = distlock_testkit::FaultProxy::start_for(&server);
+    let client = Client::connect(&proxy.url()).await.expect("connect");
+    let other = common::client(&server).await;
+    let held = other
+        .lock("busy")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("the other client takes it");
+    // Answers come a little late: callers give up before, during and after them.
+    proxy.reply_latency(Duration::from_millis(2));
+    let opened = proxy.connections();
+    let mut abandoned = tokio::task::JoinSet::new();
+    for i in 0..300u64 {
+        let client = client.clone();
+        abandoned.spawn(async move {
+            let patience = Duration::from_micros(i * 37 % 5000);
+            let busy = i % 3 == 0;
+            let name = if busy {
+                "busy".to_owned()
+            } else {
+                format!("free:{i}")
+            };
+            match tokio::time::timeout(patience, client.lock(name).try_acquire()).await {
+                // Given up: nothing to check.
+                Err(_) => Ok(()),
+                Ok(Err(Error::Busy { .. })) if busy => Ok(()),
+                Ok(Ok(guard)) if !busy => {
+                    let _ = tokio::time::timeout(patience, guard.release()).await;
+                    Ok(())
+                }
+                Ok(other) => Err(format!("attempt {i} (busy: {busy}) answered {other:?}")),
+            }
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(task) = abandoned.join_next().await {
+        if let Err(e) = task.expect("task") {
+            wrong.push(e);
+        }
+    }
+    assert!(wrong.is_empty(), "answers to other requests: {wrong:?}");
+    assert_eq!(
+        proxy.connections(),
+        opened,
+        "the connection failed and was opened again"
+    );
+    proxy.reply_latency(Duration::ZERO);
+    for round in 0..100 {
+        let busy = client.lock("busy").try_acquire().await;
+        assert!(
+            matches!(busy, Err(Error::Busy { .. })),
+            "round {round}: the held lock answered {busy:?}"
+        );
+        let free = client
+            .lock(format!("later:{round}"))
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: a free lock answered {e:?}"));
+        free.release().await.expect("release");
+    }
+    held.release().await.expect("the other client's release");
+}

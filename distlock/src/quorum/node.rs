@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 
 use crate::algorithm::HoldId;
 use crate::conn::sentinel::SentinelSettings;
-use crate::conn::{Conn, SentinelConn};
+use crate::conn::{Conn, Link, SentinelConn};
 use crate::error::{Error, Op};
 use crate::notify::Channels;
 
@@ -150,24 +150,54 @@ impl Node {
             .set_response_timeout(Some(settings.response_timeout))
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_secs(1));
-        let connecting = (0..settings.lanes.max(1)).map(|lane| {
-            let config = if lane == 0 { &config } else { &plain };
-            let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
-            async {
-                match tokio::time::timeout(settings.connect_timeout, connecting).await {
-                    Ok(result) => result,
-                    Err(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer within {:?}", settings.connect_timeout),
-                    )
-                    .into()),
-                }
+        let within = |connecting| async move {
+            match tokio::time::timeout(settings.connect_timeout, connecting).await {
+                Ok(result) => result,
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", settings.connect_timeout),
+                )
+                .into()),
             }
-        });
-        let attempt: Result<Vec<ConnectionManager>, _> = futures_util::future::join_all(connecting)
-            .await
-            .into_iter()
+        };
+        // The acquisition lanes: a `Link` where it speaks the transport (plain TCP), else
+        // further `ConnectionManager`s.
+        let acquisition_lanes = settings.lanes.max(1) - 1;
+        let links: Option<Vec<Link>> = (0..acquisition_lanes)
+            .map(|_| {
+                Link::new(
+                    client.get_connection_info(),
+                    settings.connect_timeout,
+                    settings.response_timeout,
+                )
+            })
             .collect();
+        let managers = match links {
+            Some(_) => 1,
+            None => settings.lanes.max(1),
+        };
+        let connecting = (0..managers).map(|lane| {
+            let config = if lane == 0 { &config } else { &plain };
+            within(Box::pin(ConnectionManager::new_with_config(
+                client.clone(),
+                config.clone(),
+            )))
+        });
+        let opening = links.iter().flatten().map(|link| link.open());
+        let (attempt, opened) = futures_util::future::join(
+            futures_util::future::join_all(connecting),
+            futures_util::future::join_all(opening),
+        )
+        .await;
+        let attempt: Result<Vec<ConnectionManager>, _> = attempt
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .and_then(|managers| {
+                opened
+                    .into_iter()
+                    .collect::<Result<(), _>>()
+                    .map(|()| managers)
+            });
         let (lanes, failure) = match attempt {
             Ok(lanes) => (lanes, None),
             Err(source) if lazy_if_down => {
@@ -196,8 +226,13 @@ impl Node {
                 ))
             }
         };
-        let lanes = match lanes.len() {
-            1 => Vec::new(),
+        let lanes: Vec<Conn> = match links {
+            Some(links) if !links.is_empty() && failure.is_none() => {
+                std::iter::once(Conn::Single(conn.clone()))
+                    .chain(links.into_iter().map(Conn::Link))
+                    .collect()
+            }
+            _ if lanes.len() == 1 => Vec::new(),
             _ => lanes.into_iter().map(Conn::Single).collect(),
         };
         let node = Node {
