@@ -203,6 +203,28 @@ impl Input<'_> {
     }
 }
 
+/// Bytes as the acquisition connection reads them from the socket (`conn::link`): cut into
+/// frames by `frame_len`, each parsed by `parse`, whose fast path must agree with redis-rs's
+/// parser wherever both succeed.
+pub fn answer_stream(data: &[u8]) {
+    let mut rest = data;
+    while let Ok(Some(len)) = crate::conn::link::frame_len(rest) {
+        assert!(
+            len > 0 && len <= rest.len(),
+            "frame of {len} in {}",
+            rest.len()
+        );
+        let frame = &rest[..len];
+        if let (Ok(ours), Ok(theirs)) = (
+            crate::conn::link::parse(frame),
+            redis::parse_redis_value(frame),
+        ) {
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{frame:?}");
+        }
+        rest = &rest[len..];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -267,6 +289,13 @@ mod tests {
     fn acquire_replies_never_panic() {
         for input in inputs(&corpus("acquire_reply"), 4000) {
             super::acquire_reply(&input);
+        }
+    }
+
+    #[test]
+    fn answer_streams_never_panic() {
+        for input in inputs(&corpus("answer_stream"), 4000) {
+            super::answer_stream(&input);
         }
     }
 

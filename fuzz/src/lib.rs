@@ -37,5 +37,5 @@ mod validate;
 #[path = "../../distlock-macros/src/fuzz.rs"]
 pub mod macros;
 
-/// The runtime's entry points: `acquire_reply`, `push_frame`.
+/// The runtime's entry points: `acquire_reply`, `push_frame`, `answer_stream`.
 pub use distlock::__fuzz as runtime;

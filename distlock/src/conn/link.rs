@@ -568,7 +568,7 @@ impl Reader {
 
 /// The length of the first complete RESP2/RESP3 frame in `buf`, `None` while it is
 /// incomplete, an error for bytes that are no frame.
-fn frame_len(buf: &[u8]) -> Result<Option<usize>, io::ErrorKind> {
+pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, io::ErrorKind> {
     let mut pos = 0usize;
     // Frames still to skip: an aggregate's header adds its elements.
     let mut left: u64 = 1;
@@ -592,14 +592,21 @@ fn frame_len(buf: &[u8]) -> Result<Option<usize>, io::ErrorKind> {
                     }
                 }
             }
-            b'*' | b'~' | b'>' => left += length(head)?.unwrap_or(0) as u64,
-            b'%' => left += 2 * length(head)?.unwrap_or(0) as u64,
+            // Saturating: a header claiming more elements than fit in memory leaves the
+            // frame incomplete for ever, which the response timeout ends.
+            b'*' | b'~' | b'>' => left = left.saturating_add(elements(head, 1)?),
+            b'%' => left = left.saturating_add(elements(head, 2)?),
             // Attributes come before the value they describe.
-            b'|' => left += 2 * length(head)?.unwrap_or(0) as u64 + 1,
+            b'|' => left = left.saturating_add(elements(head, 2)?).saturating_add(1),
             _ => return Err(io::ErrorKind::InvalidData),
         }
     }
     Ok(Some(pos))
+}
+
+/// The frames an aggregate header announces: `per` for each of its elements.
+fn elements(head: &[u8], per: u64) -> Result<u64, io::ErrorKind> {
+    Ok((length(head)?.unwrap_or(0) as u64).saturating_mul(per))
 }
 
 /// A header's length: `None` for -1 (a RESP2 null), an error for anything but a number.
@@ -621,7 +628,7 @@ fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
 
 /// Parses one complete frame: the common shapes here, the rest by redis-rs's parser, so
 /// that every answer is the same `Value` the client's other connections produce.
-fn parse(frame: &[u8]) -> redis::RedisResult<Value> {
+pub(crate) fn parse(frame: &[u8]) -> redis::RedisResult<Value> {
     match parse_common(frame) {
         Some((value, _)) => Ok(value),
         None => redis::parse_redis_value(frame),
