@@ -475,8 +475,9 @@ impl ClientBuilder {
     /// of renewals, and a waiter's attempts never wait for the subscriptions' connection to
     /// come back after a loss (the waiter is told when it is back, and tries then). Each
     /// connection takes one of the server's client slots (`maxclients`, `CLIENT LIST`), and
-    /// `connect` fails unless all of them open. A quorum node, a Cluster and Sentinel keep one
-    /// connection per server (a Cluster's per-master connections are redis-rs's).
+    /// `connect` fails unless all of them open. A quorum node keeps two (the first, and one for
+    /// acquisitions); a Cluster and Sentinel one per server (a Cluster's per-master
+    /// connections are redis-rs's).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock::Error> {
@@ -641,7 +642,9 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             restart_guard: (n > 1 && !self.restart_delay.is_zero()).then_some(self.restart_delay),
-            lanes: if n == 1 { self.connections } else { 1 },
+            // A quorum node: one connection for the subscriptions and renewals, one for the
+            // acquisitions (see `conn::link`).
+            lanes: if n == 1 { self.connections } else { 2 },
             #[cfg(feature = "tls")]
             tls_root_cert: self.tls_root_cert.clone(),
         };

@@ -53,6 +53,10 @@ struct Shared {
     current: Mutex<Option<Arc<Wire>>>,
     /// Held while a connection is being opened, so concurrent callers open one, not several.
     opening: tokio::sync::Mutex<()>,
+    /// Called whenever a connection is opened after the first: the old one failed.
+    reopened: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Set once a connection was opened.
+    opened_once: AtomicBool,
 }
 
 /// One TCP connection.
@@ -113,6 +117,7 @@ impl Link {
         info: &ConnectionInfo,
         connect_timeout: Duration,
         response_timeout: Duration,
+        reopened: Option<Arc<dyn Fn() + Send + Sync>>,
     ) -> Option<Link> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
@@ -126,6 +131,8 @@ impl Link {
                 response_timeout,
                 current: Mutex::new(None),
                 opening: tokio::sync::Mutex::new(()),
+                reopened,
+                opened_once: AtomicBool::new(false),
             }),
         })
     }
@@ -174,6 +181,11 @@ impl Link {
                 .into())
             }
         };
+        if shared.opened_once.swap(true, Ordering::AcqRel) {
+            if let Some(reopened) = &shared.reopened {
+                reopened();
+            }
+        }
         *lock(&shared.current) = Some(wire.clone());
         Ok(wire)
     }

@@ -90,7 +90,7 @@ impl Nodes {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let call = (all_nodes || node.trusted()).then(|| op(node.conn.clone()));
+                let call = (all_nodes || node.trusted()).then(|| op(node.commands()));
                 async move { (i, ask(node, self.node_timeout, call).await) }
             })
             .collect()
@@ -112,7 +112,7 @@ impl Nodes {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let call = (all_nodes || node.trusted()).then(|| op(node.conn.clone()));
+                let call = (all_nodes || node.trusted()).then(|| op(node.commands()));
                 let nodes = self.clone();
                 async move {
                     let node = &nodes.nodes[i];
@@ -141,7 +141,7 @@ impl Nodes {
             // reaches the server first; boxed, as a rare path, out of the hot future.
             let conns: Vec<Conn> = match self.single(id) {
                 Some(conn) => vec![conn],
-                None => self.nodes.iter().map(|n| n.conn.clone()).collect(),
+                None => self.nodes.iter().map(Node::commands).collect(),
             };
             let write = self.records.write_lacking(site, conns, self.node_timeout);
             Box::pin(write).await;
@@ -245,7 +245,7 @@ impl Nodes {
             let node = &self.nodes[i];
             let fence_key = &fence_key;
             async move {
-                let mut conn = node.conn.clone();
+                let mut conn = node.commands();
                 let mut raise = RAISE_FENCE.key(fence_key);
                 raise.arg(token);
                 let call = raise.invoke_async::<u64>(&mut conn);

@@ -124,6 +124,7 @@ impl Node {
         let (recheck, rechecks) = mpsc::unbounded_channel::<()>();
         let on_push = {
             let (health, guarded) = (health.clone(), settings.restart_guard.is_some());
+            let recheck = recheck.clone();
             move |push: PushInfo| {
                 if guarded && push.kind == PushKind::Disconnection {
                     health.suspect.store(true, Ordering::Release);
@@ -163,12 +164,23 @@ impl Node {
         // The acquisition lanes: a `Link` where it speaks the transport (plain TCP), else
         // further `ConnectionManager`s.
         let acquisition_lanes = settings.lanes.max(1) - 1;
+        // Guarded nodes: an acquisition connection that had to open again saw the server go
+        // away, perhaps restarted empty, so the node is distrusted until its `INFO` is read,
+        // as when the first connection says it was disconnected (whichever notices first).
+        let reopened: Option<Arc<dyn Fn() + Send + Sync>> = settings.restart_guard.map(|_| {
+            let (health, recheck) = (health.clone(), recheck.clone());
+            Arc::new(move || {
+                health.suspect.store(true, Ordering::Release);
+                let _ = recheck.send(());
+            }) as Arc<dyn Fn() + Send + Sync>
+        });
         let links: Option<Vec<Link>> = (0..acquisition_lanes)
             .map(|_| {
                 Link::new(
                     client.get_connection_info(),
                     settings.connect_timeout,
                     settings.response_timeout,
+                    reopened.clone(),
                 )
             })
             .collect();
@@ -227,11 +239,10 @@ impl Node {
             }
         };
         let lanes: Vec<Conn> = match links {
-            Some(links) if !links.is_empty() && failure.is_none() => {
-                std::iter::once(Conn::Single(conn.clone()))
-                    .chain(links.into_iter().map(Conn::Link))
-                    .collect()
-            }
+            // A node down at start-up keeps them too: a link opens on first use.
+            Some(links) if !links.is_empty() => std::iter::once(Conn::Single(conn.clone()))
+                .chain(links.into_iter().map(Conn::Link))
+                .collect(),
             _ if lanes.len() == 1 => Vec::new(),
             _ => lanes.into_iter().map(Conn::Single).collect(),
         };
@@ -357,6 +368,15 @@ impl Node {
         match self.lanes.len() {
             0 | 1 => self.conn.clone(),
             n => self.lanes[1 + id.lane as usize % (n - 1)].clone(),
+        }
+    }
+
+    /// The connection for a quorum's commands on this node (attempts, releases, renewals
+    /// asked by hand, fence raises): its acquisition connection when it has one.
+    pub(crate) fn commands(&self) -> Conn {
+        match self.lanes.get(1) {
+            Some(lane) => lane.clone(),
+            None => self.conn.clone(),
         }
     }
 
