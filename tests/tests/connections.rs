@@ -328,3 +328,72 @@ async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_reque
     }
     held.release().await.expect("the other client's release");
 }
+
+/// A request whose answer does not come within the response timeout fails as timed out (the
+/// acquisition connection keeps one clock for all its requests, not a timer each), and the
+/// late answer, when it comes, is read and dropped: the requests after it get their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when_it_comes() {
+    let server = RedisServer::start();
+    let proxy = distlock_testkit::FaultProxy::start_for(&server);
+    let client = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    let opened = proxy.connections();
+    let late = Duration::from_secs(3);
+    proxy.reply_latency(late);
+    let asked = std::time::Instant::now();
+    let timed_out = client.lock("first").try_acquire().await;
+    let waited = asked.elapsed();
+    match &timed_out {
+        Err(Error::Redis { source, .. }) => {
+            assert!(source.is_timeout(), "{timed_out:?}")
+        }
+        other => panic!("a late answer gave {other:?}"),
+    }
+    assert!(
+        waited < late,
+        "the caller waited for the answer ({waited:?}) instead of timing out"
+    );
+    proxy.reply_latency(Duration::ZERO);
+    // Requests sent before the late answer arrives queue behind it (the proxy keeps the
+    // order of the replies) and may time out too; once one is answered, the late ones have
+    // been read.
+    let answered = wait_until_async(Duration::from_secs(10), || {
+        let client = client.clone();
+        async move {
+            match client.lock("probe").try_acquire().await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(answered, "no answer after the late one");
+    let other = common::client(&server).await;
+    let _held = other
+        .lock("held")
+        .acquire()
+        .await
+        .expect("the other client");
+    for round in 0..20 {
+        let busy = client.lock("held").try_acquire().await;
+        assert!(
+            matches!(busy, Err(Error::Busy { .. })),
+            "round {round}: {busy:?}"
+        );
+        let free = client
+            .lock(format!("free:{round}"))
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        free.release().await.expect("release");
+    }
+    assert_eq!(
+        proxy.connections(),
+        opened,
+        "the connection was opened again"
+    );
+}
