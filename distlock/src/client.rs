@@ -29,10 +29,11 @@ pub const DEFAULT_PREFIX: &str = "distlock";
 /// almost certainly a value pasted in by mistake (and every acquire would send it).
 pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
 /// Default number of connections of a single-node client (see [`ClientBuilder::connections`]):
-/// one for wake-ups, renewals and inspection, one for acquisitions. More connections spread
-/// many tasks' acquisitions over more reader and writer tasks, but each request then shares
-/// its system calls with fewer others; on the 2-core VMs measured, 2 was never the slowest,
-/// and on the last one 4 gave 15 % less S2 throughput than 2 (README, Performance).
+/// one for wake-ups, renewals and inspection, one for acquisitions (on plain TCP the
+/// acquisition connection is distlock's own, on which the calling tasks write and read the
+/// socket themselves). More connections spread many tasks' acquisitions over more sockets,
+/// but each request then shares its system calls with fewer others; on the 2-core VMs
+/// measured, 2 was never the slowest (README, Performance).
 pub const DEFAULT_CONNECTIONS: usize = 2;
 /// The most connections [`ClientBuilder::connections`] accepts.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -41,7 +42,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
-/// share its connections (to one node: [`DEFAULT_CONNECTIONS`] multiplexed connections, see
+/// share its connections (to one node: [`DEFAULT_CONNECTIONS`] connections, see
 /// [`ClientBuilder::connections`]), which reconnect by themselves after a failure.
 ///
 /// ```no_run

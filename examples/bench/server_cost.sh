@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions redis-server spends per call (callgrind: exact and repeatable, unlike timings on
-# a shared VM), for the README's "The release's work on the server" and "Targets missed".
+# a shared VM), for the README's "The release's work on the server" and "Targets at the line".
 #
 #   bash examples/bench/server_cost.sh
 #
