@@ -259,6 +259,39 @@ async fn a_server_without_room_for_every_connection_is_reported_at_connect() {
     );
 }
 
+/// True once a request of `client` is answered (waiting up to 10 s): requests sent while
+/// late answers are still on their way may time out behind them.
+async fn answered_again(client: &Client) -> bool {
+    wait_until_async(Duration::from_secs(10), || {
+        let client = client.clone();
+        async move {
+            match client.lock("probe").try_acquire().await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await
+}
+
+/// `rounds` times: `held` (another client's) answers busy, a free lock is taken and released.
+/// On a connection whose answers went to the wrong requests, one of them answers otherwise.
+async fn answers_stay_with_their_requests(client: &Client, held: &str, rounds: usize) {
+    for round in 0..rounds {
+        let busy = client.lock(held).try_acquire().await;
+        assert!(
+            matches!(busy, Err(Error::Busy { .. })),
+            "round {round}: the held lock answered {busy:?}"
+        );
+        let free = client
+            .lock(format!("free:{round}"))
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: a free lock answered {e:?}"));
+        free.release().await.expect("release");
+    }
+}
+
 /// Acquisitions abandoned mid-request (a timeout around them) at every point: queued, written,
 /// reading the answers for the callers before them. The acquisition connection reads each
 /// answer for the request it belongs to even so: none is lost, none goes to the next request.
@@ -313,19 +346,7 @@ async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_reque
         "the connection failed and was opened again"
     );
     proxy.reply_latency(Duration::ZERO);
-    for round in 0..100 {
-        let busy = client.lock("busy").try_acquire().await;
-        assert!(
-            matches!(busy, Err(Error::Busy { .. })),
-            "round {round}: the held lock answered {busy:?}"
-        );
-        let free = client
-            .lock(format!("later:{round}"))
-            .try_acquire()
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: a free lock answered {e:?}"));
-        free.release().await.expect("release");
-    }
+    answers_stay_with_their_requests(&client, "busy", 100).await;
     held.release().await.expect("the other client's release");
 }
 
@@ -361,16 +382,7 @@ async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when
     // Requests sent before the late answer arrives queue behind it (the proxy keeps the
     // order of the replies) and may time out too; once one is answered, the late ones have
     // been read.
-    let answered = wait_until_async(Duration::from_secs(10), || {
-        let client = client.clone();
-        async move {
-            match client.lock("probe").try_acquire().await {
-                Ok(guard) => guard.release().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
+    let answered = answered_again(&client).await;
     assert!(answered, "no answer after the late one");
     let other = common::client(&server).await;
     let _held = other
@@ -378,22 +390,55 @@ async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when
         .acquire()
         .await
         .expect("the other client");
-    for round in 0..20 {
-        let busy = client.lock("held").try_acquire().await;
-        assert!(
-            matches!(busy, Err(Error::Busy { .. })),
-            "round {round}: {busy:?}"
-        );
-        let free = client
-            .lock(format!("free:{round}"))
-            .try_acquire()
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
-        free.release().await.expect("release");
-    }
+    answers_stay_with_their_requests(&client, "held", 20).await;
     assert_eq!(
         proxy.connections(),
         opened,
         "the connection was opened again"
     );
+}
+
+/// The caller that writes a request and is to read the answers gives up while its request is
+/// still being written (the server is stopped and the request is larger than the socket's
+/// buffers): the reading passes to the next caller or a task, so once the server is back,
+/// answers are read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_while_its_request_is_written_leaves_the_reading_to_others() {
+    let mut server = RedisServer::start();
+    let big = 32 << 20;
+    let client = Client::builder(&server.url())
+        .response_timeout(Duration::from_millis(300))
+        .max_key_len(big)
+        .connect()
+        .await
+        .expect("connect");
+    let other = common::client(&server).await;
+    let _held = other
+        .lock("held")
+        .acquire()
+        .await
+        .expect("the other client");
+    // One call site for both, so that the second sends its acquisition alone (the first
+    // from a call site also writes the process record, see Keys).
+    let take = |name: String| client.lock(name).try_acquire();
+    take("warm-up".into())
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    server.pause();
+    // The first request on the idle connection: its caller writes it and is the reader.
+    let gave_up = take("x".repeat(big - 64)).await;
+    assert!(
+        matches!(&gave_up, Err(Error::Redis { source, .. }) if source.is_timeout()),
+        "{gave_up:?}"
+    );
+    server.resume();
+    let answered = answered_again(&client).await;
+    assert!(
+        answered,
+        "no request was answered after the server came back"
+    );
+    answers_stay_with_their_requests(&client, "held", 20).await;
 }

@@ -393,6 +393,13 @@ impl Wire {
             read,
             busy,
         } = sending;
+        // Taken before the first await: this caller has the reading role from `send` on, and
+        // if it leaves at any point (its answer, a timeout, dropped while it writes or waits
+        // for the read lock), `Reading` passes the role on.
+        let mut reading = read.then_some(Reading {
+            wire: self,
+            reader: None,
+        });
         if flush {
             // Raced with the answer: a timeout (the socket's buffer stays full) ends it, and
             // `Flushing` leaves the rest of the writing to a task of its own.
@@ -402,17 +409,18 @@ impl Wire {
                 () = self.flush(busy) => {}
             }
         }
-        if !read {
+        let Some(reading) = reading.as_mut() else {
             return answer
                 .await
                 .unwrap_or(Err(io::ErrorKind::ConnectionAborted));
-        }
-        let mut reading = Reading {
-            wire: self,
-            reader: Some(self.reader.clone().lock_owned().await),
         };
+        let reader = tokio::select! {
+            biased;
+            got = &mut answer => return got.unwrap_or(Err(io::ErrorKind::ConnectionAborted)),
+            reader = self.reader.clone().lock_owned() => reader,
+        };
+        let reader = reading.reader.insert(reader);
         loop {
-            let reader = reading.reader.as_mut().expect("held until dropped");
             if let Err(kind) = self.hand_out(reader) {
                 self.fail(kind);
             }
@@ -435,8 +443,13 @@ impl Wire {
         }
     }
 
-    /// Reads for the callers still waiting, until none is.
-    async fn read_on(self: Arc<Self>, mut reader: OwnedReader) {
+    /// Reads for the callers still waiting, until none is; `reader` is the read lock if the
+    /// caller that passed the role on held it already.
+    async fn read_on(self: Arc<Self>, reader: Option<OwnedReader>) {
+        let mut reader = match reader {
+            Some(reader) => reader,
+            None => self.reader.clone().lock_owned().await,
+        };
         loop {
             if let Err(kind) = self.hand_out(&mut reader) {
                 self.fail(kind);
@@ -541,8 +554,9 @@ struct Sending {
 
 type OwnedReader = tokio::sync::OwnedMutexGuard<Reader>;
 
-/// The reading caller. When it leaves (with its answer, or dropped), the answers still
-/// awaited are read on by a task of their own, or no one reads until the next request.
+/// The reading caller's role, and the read lock once it has it. When it leaves (with its
+/// answer, a timeout, or dropped), the answers still awaited are read on by a task of their
+/// own, or no one reads until the next request.
 struct Reading<'a> {
     wire: &'a Arc<Wire>,
     reader: Option<OwnedReader>,
@@ -550,9 +564,7 @@ struct Reading<'a> {
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        let Some(reader) = self.reader.take() else {
-            return;
-        };
+        let reader = self.reader.take();
         {
             let mut waiting = lock(&self.wire.waiting);
             if waiting.queue.is_empty() {
