@@ -8,7 +8,8 @@
 //! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself, for the
 //!   subscriptions, renewals and inspection; and for the acquisitions a [`Link`] (plain TCP)
 //!   or further `ConnectionManager`s, each acquisition's commands on one of them (see
-//!   `quorum::Node::lane`);
+//!   `quorum::Node::lane`); each node of a Redlock quorum has the same two kinds, one of each
+//!   (`quorum::Node::commands`);
 //! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
 //!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a
 //!   failover. Wake-ups use sharded pub/sub (`SSUBSCRIBE`, and the release scripts
