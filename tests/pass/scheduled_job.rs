@@ -2,7 +2,13 @@
 // logged), so the fn may return `()` or any type with a default.
 use distlock::distributed_lock;
 
-#[distributed_lock(key = "daily-report", wait = "0s", min_hold = "5m", on_busy = "skip", on_error = "log")]
+#[distributed_lock(
+    key = "daily-report",
+    wait = "0s",
+    min_hold = "5m",
+    on_busy = "skip",
+    on_error = "log"
+)]
 async fn daily_report() {}
 
 #[distributed_lock(key = "count:<shard>", on_error = "log", record_key = true)]
