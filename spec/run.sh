@@ -32,8 +32,12 @@ cc=$(command -v gcc || command -v cc) || { echo "no C compiler: install gcc" >&2
 
 if [ "$long" = 1 ]; then memlim=6144; else memlim=1024; fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/distlock-spec.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-surprises=0
+# A surprise keeps the work directory (its trail, for the replay line).
+trap '[ -e "$work/.keep" ] || rm -rf "$work"' EXIT
+# The runs are independent: as many at once as there are cores (each single-threaded).
+parallel=$(nproc 2>/dev/null || echo 2)
+order=()
+reported=0
 
 # The text of each property's assertion, as pan prints it (to tell which one failed).
 prop_pattern() {
@@ -49,7 +53,25 @@ prop_pattern() {
 # run KIND NAME MODEL PROPERTY [-Dflags...] [-- pan args]
 # KIND: verified | control | live (a verified liveness run: never claim, weak fairness).
 # PROPERTY: what a control must break ('-' for verified runs).
+# Starts the run in the background once a core is free; its line is printed in turn.
 run() {
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do
+    wait -n
+    report
+  done
+  order+=("$2")
+  (check "$@" >"$work/$2.result" 2>&1; touch "$work/$2.done") &
+}
+
+# Prints the lines of the finished runs, in the order they were started.
+report() {
+  while [ "$reported" -lt "${#order[@]}" ] && [ -e "$work/${order[$reported]}.done" ]; do
+    cat "$work/${order[$reported]}.result"
+    reported=$((reported + 1))
+  done
+}
+
+check() {
   local kind=$1 name=$2 model=$3 prop=$4
   shift 4
   local flags=() panargs=()
@@ -72,7 +94,6 @@ run() {
         "$cc" "${ccflags[@]}" -o pan pan.c >cc.out 2>&1); then
     echo "SURPRISE  $name: the model does not compile (${flags[*]})"
     cat "$d/spin.out" "$d/cc.out" 2>/dev/null | head -20
-    surprises=$((surprises + 1))
     return
   fi
   (cd "$d" && ./pan "${mode[@]}" -m200000 "${panargs[@]}" >pan.out 2>&1)
@@ -93,8 +114,7 @@ run() {
         echo "SURPRISE  $line  errors=${errors:-?} depth-cut=$depth_cut memory-cut=$mem_cut"
         [ -n "$first" ] && echo "          $first"
         echo "          replay: cd $spec && spin -t -p -g ${flags[*]} $model  (trail kept in $d)"
-        trap - EXIT
-        surprises=$((surprises + 1))
+        touch "$work/.keep"
         return
       fi
       ;;
@@ -106,7 +126,6 @@ run() {
       else
         echo "SURPRISE  $line  expected a counterexample of '$prop', got errors=${errors:-?}"
         [ -n "$first" ] && echo "          $first"
-        surprises=$((surprises + 1))
       fi
       ;;
   esac
@@ -152,6 +171,9 @@ run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
 run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
 run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOLD_FLOOR
 
+wait
+report
+surprises=$(cat "$work"/*.result | grep -c '^SURPRISE')
 if [ "$surprises" -gt 0 ]; then
   echo "spec: $surprises surprise(s)" >&2
   exit 1
