@@ -442,3 +442,55 @@ async fn a_caller_that_gives_up_while_its_request_is_written_leaves_the_reading_
     );
     answers_stay_with_their_requests(&client, "held", 20).await;
 }
+
+/// Many tasks share the acquisition connection (S2's shape). A request whose caller does not
+/// read (another does) costs no task of its own: the tasks alive in the runtime stay the
+/// test's own, the client's, and at most one reading and one writing task per connection.
+/// (A caller without the reading role once passed on a role it did not have, one task per
+/// request, each waiting for the read lock while the reader kept it: about 1 KB leaked per
+/// request under sustained load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_does_not_read_spawns_no_task() {
+    const TASKS: usize = 32;
+    const CYCLES: usize = 300;
+    let server = RedisServer::start();
+    let client = common::client(&server).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // Every connection opened and every task of the client's started before the count.
+    for task in 0..TASKS {
+        let guard = client
+            .lock(format!("k{task}"))
+            .acquire()
+            .await
+            .expect("acquire");
+        guard.release().await.expect("release");
+    }
+    let before = metrics.num_alive_tasks();
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (client, metrics, most) = (client.clone(), metrics.clone(), most.clone());
+            tokio::spawn(async move {
+                let key = format!("k{task}");
+                for _ in 0..CYCLES {
+                    let guard = client.lock(&key).acquire().await.expect("acquire");
+                    guard.release().await.expect("release");
+                    most.fetch_max(
+                        metrics.num_alive_tasks(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    let allowed = before + TASKS + 2 * DEFAULT_CONNECTIONS;
+    assert!(
+        most <= allowed,
+        "{most} tasks alive under load, at most {allowed} expected ({before} before it, \
+         {TASKS} of the test, a reader and a writer per connection)"
+    );
+}

@@ -396,10 +396,17 @@ impl Wire {
         // Taken before the first await: this caller has the reading role from `send` on, and
         // if it leaves at any point (its answer, a timeout, dropped while it writes or waits
         // for the read lock), `Reading` passes the role on.
-        let mut reading = read.then_some(Reading {
-            wire: self,
-            reader: None,
-        });
+        // Made only for the caller that has the role: a `Reading` made and dropped by any
+        // other (as `bool::then_some` would, its argument being built either way) passes on
+        // a role it never had, one reading task per request.
+        let mut reading = if read {
+            Some(Reading {
+                wire: self,
+                reader: None,
+            })
+        } else {
+            None
+        };
         if flush {
             // Raced with the answer: a timeout (the socket's buffer stays full) ends it, and
             // `Flushing` leaves the rest of the writing to a task of its own.
