@@ -274,6 +274,17 @@ async fn answered_again(client: &Client) -> bool {
     .await
 }
 
+/// The lock `held`, taken by a client of its own (held until the guard is dropped), for
+/// [`answers_stay_with_their_requests`].
+async fn held_elsewhere(server: &RedisServer) -> distlock::Guard {
+    let other = common::client(server).await;
+    other
+        .lock("held")
+        .acquire()
+        .await
+        .expect("the other client")
+}
+
 /// `rounds` times: `held` (another client's) answers busy, a free lock is taken and released.
 /// On a connection whose answers went to the wrong requests, one of them answers otherwise.
 async fn answers_stay_with_their_requests(client: &Client, held: &str, rounds: usize) {
@@ -384,12 +395,7 @@ async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when
     // been read.
     let answered = answered_again(&client).await;
     assert!(answered, "no answer after the late one");
-    let other = common::client(&server).await;
-    let _held = other
-        .lock("held")
-        .acquire()
-        .await
-        .expect("the other client");
+    let _held = held_elsewhere(&server).await;
     answers_stay_with_their_requests(&client, "held", 20).await;
     assert_eq!(
         proxy.connections(),
@@ -412,12 +418,7 @@ async fn a_caller_that_gives_up_while_its_request_is_written_leaves_the_reading_
         .connect()
         .await
         .expect("connect");
-    let other = common::client(&server).await;
-    let _held = other
-        .lock("held")
-        .acquire()
-        .await
-        .expect("the other client");
+    let _held = held_elsewhere(&server).await;
     // One call site for both, so that the second sends its acquisition alone (the first
     // from a call site also writes the process record, see Keys).
     let take = |name: String| client.lock(name).try_acquire();
