@@ -203,6 +203,10 @@ impl Guard {
             if self.hand_off() {
                 return Ok(());
             }
+            // From here on the release may reach the server at any await: a hold it gave back
+            // must never pass to a local waiter, whatever happens to this future (dropped,
+            // it would otherwise be handed on by `Drop` while another client holds the lock).
+            self.tenure = None;
             let held_for = self.held_for();
             self.unregister();
             let nodes = self.client.inner().nodes.clone();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{as_other_owner, client, lock_key, pttl, subscribers};
 use distlock::__private::handoff_waiters;
 use distlock::{Client, Error, Guard};
-use distlock_testkit::{wait_until_async, RedisServer};
+use distlock_testkit::{wait_until_async, FaultProxy, RedisServer};
 
 /// Calls of `command` the server executed so far (scripts' inner calls included).
 fn calls(server: &RedisServer, command: &str) -> u64 {
@@ -298,5 +298,55 @@ async fn hand_off_can_be_turned_off() {
         "the waiter took no hold of its own"
     );
     assert_ne!(value(&server, "off").await, taken);
+    guard.release().await.expect("release");
+}
+
+/// A release that was sent frees the lock for everyone: once its future is dropped (a timeout
+/// around it, a cancelled handler), the hold it gave back must not pass to a local waiter, which
+/// would then call itself the holder while another client holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_that_was_sent_hands_nothing_to_a_waiter() {
+    let server = RedisServer::start();
+    // Replies come late through the proxy, so the release runs on the server while its
+    // future is still pending.
+    let proxy = FaultProxy::start_for(&server);
+    let locks = Client::builder(&proxy.url())
+        .local_handoff(8, Duration::from_secs(3600))
+        .connections(1)
+        .connect()
+        .await
+        .expect("connect");
+    let other = client(&server).await;
+    // The release script is loaded first: a NOSCRIPT round trip would time out below.
+    let warm = locks.lock("warm").try_acquire().await.expect("free");
+    warm.release().await.expect("release");
+    let held = locks.lock("sent").try_acquire().await.expect("free");
+    proxy.reply_latency(Duration::from_millis(800));
+    let mut release = Box::pin(held.release());
+    // Polled by hand until the server has run it; its answer is on its way, unread.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut freed = false;
+    while !freed && std::time::Instant::now() < deadline {
+        if let std::task::Poll::Ready(r) = std::future::Future::poll(release.as_mut(), &mut cx) {
+            panic!("the release finished before the server had run it: {r:?}");
+        }
+        tokio::task::yield_now().await;
+        freed = value(&server, "sent").await.is_none();
+    }
+    proxy.reply_latency(Duration::ZERO);
+    assert!(freed, "the release never reached the server");
+    let theirs = other.lock("sent").try_acquire().await.expect("freed");
+    let waiter = spawn_waiter(&locks, "sent", Duration::from_secs(30), false);
+    waiting(&locks, "sent", 1).await;
+    drop(release);
+    // Nothing was handed over: the waiter still waits in its slot.
+    assert_eq!(handoff_waiters(&locks, "sent"), 1, "the dropped release handed the hold on");
+    assert!(!waiter.is_finished());
+    // It gets the lock for real once the other client lets go.
+    theirs.release().await.expect("release");
+    let guard = waiter.await.expect("task").expect("acquired after the release");
+    assert!(guard.is_held());
+    assert!(value(&server, "sent").await.is_some());
     guard.release().await.expect("release");
 }
