@@ -245,6 +245,7 @@ impl Guard {
                 &self.id,
                 until,
                 RELEASE_TRIES,
+                self.lease.is_valid(),
             )
             .await;
             match result {
@@ -396,8 +397,9 @@ pub(crate) fn release_in_background(
 
 /// Sends the release, and again after a transport failure (the scripts make it idempotent),
 /// at most `tries` times and not past `until` (the lease has ended by then and there is
-/// nothing left to free). A retry that finds nothing counts as released: the earlier try
-/// whose answer was lost freed it, or the lease ended, which frees it too.
+/// nothing left to free). True when the release freed the hold. A retry that finds nothing
+/// counts as released only when `held` (the lease was still ours when the release was sent):
+/// the earlier try, whose answer was lost, freed it. Otherwise the hold was already gone.
 async fn release_retrying(
     nodes: &Arc<Nodes>,
     algorithm: &'static Algorithm,
@@ -405,13 +407,14 @@ async fn release_retrying(
     id: &HoldId,
     until: Instant,
     tries: u32,
+    held: bool,
 ) -> Result<bool, Error> {
     let mut pause = Duration::from_millis(2);
     let mut tried = 0;
     loop {
         tried += 1;
         match nodes.release(algorithm, key, id).await {
-            Ok(released) => return Ok(released || tried > 1),
+            Ok(released) => return Ok(released || (tried > 1 && held)),
             Err(e) if e.is_retryable() && tried < tries && Instant::now() < until => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(100));
@@ -434,7 +437,7 @@ pub(crate) async fn release_now(
     ttl: Duration,
 ) -> bool {
     let until = Instant::now() + ttl;
-    release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES)
+    release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES, true)
         .await
         .is_ok()
 }
@@ -459,7 +462,8 @@ async fn keep(
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move {
             tokio::time::sleep(left).await;
-            let _ = release_retrying(&nodes, algorithm, &key, &id, valid_until, u32::MAX).await;
+            let _ =
+                release_retrying(&nodes, algorithm, &key, &id, valid_until, u32::MAX, true).await;
         });
     }
     Ok(true)
@@ -483,6 +487,6 @@ pub(crate) fn spawn_release(
     let until = until.unwrap_or_else(|| Instant::now() + crate::lock::DEFAULT_TTL);
     runtime.spawn(async move {
         // Nobody is left to report to; the lease bounds the cost of a failure.
-        let _ = release_retrying(&nodes, algorithm, &key, &id, until, u32::MAX).await;
+        let _ = release_retrying(&nodes, algorithm, &key, &id, until, u32::MAX, true).await;
     });
 }

@@ -341,11 +341,18 @@ async fn a_dropped_release_that_was_sent_hands_nothing_to_a_waiter() {
     waiting(&locks, "sent", 1).await;
     drop(release);
     // Nothing was handed over: the waiter still waits in its slot.
-    assert_eq!(handoff_waiters(&locks, "sent"), 1, "the dropped release handed the hold on");
+    assert_eq!(
+        handoff_waiters(&locks, "sent"),
+        1,
+        "the dropped release handed the hold on"
+    );
     assert!(!waiter.is_finished());
     // It gets the lock for real once the other client lets go.
     theirs.release().await.expect("release");
-    let guard = waiter.await.expect("task").expect("acquired after the release");
+    let guard = waiter
+        .await
+        .expect("task")
+        .expect("acquired after the release");
     assert!(guard.is_held());
     assert!(value(&server, "sent").await.is_some());
     guard.release().await.expect("release");
