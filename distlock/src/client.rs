@@ -427,7 +427,7 @@ impl Client {
 }
 
 /// Settings for a [`Client`]; see [`Client::builder`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct ClientBuilder {
     urls: Vec<String>,
@@ -443,6 +443,35 @@ pub struct ClientBuilder {
     connections: usize,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
+}
+
+/// Written by hand: the URLs carry passwords, and a builder is what services print when they
+/// log their configuration.
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        let mut out = f.debug_struct("ClientBuilder");
+        out.field("urls", &urls)
+            .field("shape", &self.shape)
+            .field("replicas", &self.replicas)
+            .field("node_timeout", &self.node_timeout)
+            .field("restart_delay", &self.restart_delay)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("max_key_len", &self.max_key_len)
+            .field("handoff", &self.handoff)
+            .field("connections", &self.connections);
+        #[cfg(feature = "tls")]
+        out.field(
+            "tls_root_cert",
+            &self
+                .tls_root_cert
+                .as_ref()
+                .map(|pem| format!("{} bytes", pem.len())),
+        );
+        out.finish()
+    }
 }
 
 impl ClientBuilder {
@@ -816,6 +845,17 @@ pub(crate) fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
+    // `redis+unix:///path?pass=..` carries the password in the query.
+    if let Some(query) = url.find('?') {
+        let params: Vec<String> = url[query + 1..]
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _)) if name == "pass" || name == "password" => format!("{name}=***"),
+                _ => param.to_owned(),
+            })
+            .collect();
+        return format!("{}?{}", redact(&url[..query]), params.join("&"));
+    }
     let rest = &url[scheme_end..];
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
@@ -878,5 +918,13 @@ mod tests {
         assert_eq!(redact("rediss://secret@h"), "rediss://***@h");
         assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
         assert_eq!(redact("h:1"), "h:1");
+        assert_eq!(
+            redact("redis+unix:///tmp/r.sock?db=1&pass=secret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redact("redis://u:secret@h/?protocol=resp3"),
+            "redis://u:***@h/?protocol=resp3"
+        );
     }
 }

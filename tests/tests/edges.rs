@@ -56,3 +56,30 @@ async fn a_retried_release_of_a_lost_lease_is_not_reported_as_released() {
     held.release().await.expect("released by the first try");
     assert_eq!(proxy.replies_dropped(), 2);
 }
+
+/// Passwords never reach a printed builder: `{:?}` of a builder is what ends up in logs when a
+/// service prints its configuration.
+#[test]
+fn a_builder_prints_no_password() {
+    let secret = "s3cret-pw";
+    let builders = [
+        Client::builder(&format!("redis://user:{secret}@127.0.0.1:1/0")),
+        Client::builder(&format!("redis://:{secret}@127.0.0.1:1")),
+        Client::builder(&format!("redis+unix:///tmp/redis.sock?db=1&pass={secret}")),
+        Client::quorum_builder([
+            format!("redis://u:{secret}@127.0.0.1:1"),
+            format!("redis://u:{secret}@127.0.0.1:2"),
+            format!("redis://u:{secret}@127.0.0.1:3"),
+        ]),
+        Client::cluster_builder([format!("rediss://{secret}@127.0.0.1:7000")]),
+        Client::sentinel_builder([format!("redis://u:{secret}@127.0.0.1:26379")], "locks"),
+    ];
+    for builder in builders {
+        let printed = format!("{builder:?}");
+        assert!(!printed.contains(secret), "{printed}");
+        assert!(
+            printed.contains("127.0.0.1") || printed.contains("redis.sock"),
+            "{printed}"
+        );
+    }
+}
