@@ -280,8 +280,50 @@ impl RedisCluster {
             }
             views.push(map);
         }
-        !views.is_empty() && views.windows(2).all(|w| w[0] == w[1])
+        !views.is_empty() && views.windows(2).all(|w| w[0] == w[1]) && self.replicated(&views[0])
     }
+
+    /// True when every live replica has acknowledged a write made on its master just now
+    /// (`WAIT`). A replica reports `master_link_status:up` before its first sync has brought
+    /// it anything: promoted then, it would have none of the data written before.
+    fn replicated(&self, slots: &BTreeMap<(u16, u16), u16>) -> bool {
+        let mut masters: BTreeMap<u16, u16> = BTreeMap::new();
+        for (&(first, _), &port) in slots {
+            masters.entry(port).or_insert(first);
+        }
+        masters.into_iter().all(|(port, slot)| {
+            let Some(master) = self.index_of_port(port) else {
+                return false;
+            };
+            let replicas = self
+                .replicas_of_slot(slot)
+                .into_iter()
+                .filter(|&r| self.servers[r].is_running() && !self.servers[r].is_paused())
+                .count();
+            let Ok(mut conn) = self.servers[master].try_connection() else {
+                return false;
+            };
+            let written = redis::cmd("SET")
+                .arg(key_in_slot(slot))
+                .arg("ready")
+                .exec(&mut conn)
+                .is_ok();
+            let acked: Option<usize> = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(2000)
+                .query(&mut conn)
+                .ok();
+            written && acked.is_some_and(|n| n >= replicas)
+        })
+    }
+}
+
+/// A key of the test kit's own that hashes to `slot`.
+fn key_in_slot(slot: u16) -> String {
+    (0u32..)
+        .map(|n| format!("distlock-testkit:ready:{{{n}}}"))
+        .find(|key| RedisCluster::slot_of(key.as_bytes()) == slot)
+        .expect("every slot has a key")
 }
 
 /// `127.0.0.1:7000@17000` (a `CLUSTER NODES` address) -> 7000.
@@ -323,5 +365,8 @@ mod tests {
             crc16(b"foo{}{bar}") % SLOTS
         );
         assert_eq!(port_of("127.0.0.1:7000@17000"), Some(7000));
+        for slot in [0, 1, 5000, SLOTS - 1] {
+            assert_eq!(RedisCluster::slot_of(key_in_slot(slot).as_bytes()), slot);
+        }
     }
 }
