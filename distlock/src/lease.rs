@@ -1,4 +1,9 @@
-//! Lease arithmetic: how long a granted lock may be trusted, on the local monotonic clock.
+//! Lease arithmetic: how long a granted lock may be trusted, on the local clock.
+//!
+//! Deadlines are kept on a clock that counts time while the host is suspended
+//! (`CLOCK_BOOTTIME` on Linux): on `CLOCK_MONOTONIC`, which `Instant` reads there, a laptop or
+//! VM that slept through the lease would wake with `is_held()` still true, though the server's
+//! lease ran out long ago. Elsewhere the deadlines fall back to `Instant`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,10 +43,10 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-/// When a lease granted for `ttl` on a request sent at `sent` stops being trustworthy. The
-/// server started its `PX` countdown after `sent`, so this is conservative.
-pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl.saturating_sub(drift(ttl))
+/// How much of a lease of `ttl` is trusted: the server started its `PX` countdown after the
+/// request was sent, and its clock may run a little fast.
+fn trusted(ttl: Duration) -> Duration {
+    ttl.saturating_sub(drift(ttl))
 }
 
 /// `now + d`, or a time so far ahead that it never comes when `d` is too large to add (a
@@ -63,8 +68,9 @@ pub(crate) fn after(start: Instant, d: Duration) -> Instant {
 /// and an answer that arrives after a later one (the watchdog's and a manual `extend` racing)
 /// is ignored rather than moving the validity back to an older state.
 pub(crate) struct LeaseState {
-    /// When the lease stops being trustworthy, and when the request it is based on was sent.
-    valid: Mutex<(Instant, Instant)>,
+    /// When the lease stops being trustworthy (on [`boot_now`]'s clock), and when the request
+    /// it is based on was sent.
+    valid: Mutex<(Duration, Instant)>,
     lost: AtomicBool,
     /// Wakes `Guard::lost()` waiters when the lease is declared lost.
     changed: Notify,
@@ -76,20 +82,29 @@ impl LeaseState {
     /// A lease granted for `ttl` by a request sent at `sent`.
     pub(crate) fn new(sent: Instant, ttl: Duration, labels: Arc<Labels>) -> Self {
         LeaseState {
-            valid: Mutex::new((valid_until(sent, ttl), sent)),
+            valid: Mutex::new((boot_deadline(sent, ttl), sent)),
             lost: AtomicBool::new(false),
             changed: Notify::new(),
             labels,
         }
     }
 
-    pub(crate) fn valid_until(&self) -> Instant {
+    fn deadline(&self) -> Duration {
         self.valid.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// When the lease stops being trustworthy, as an `Instant` (for timers and retries).
+    pub(crate) fn valid_until(&self) -> Instant {
+        let (deadline, now, instant) = (self.deadline(), boot_now(), Instant::now());
+        match deadline.checked_sub(now) {
+            Some(left) => after(instant, left),
+            None => instant.checked_sub(now - deadline).unwrap_or(instant),
+        }
     }
 
     /// True while the lease can be trusted.
     pub(crate) fn is_valid(&self) -> bool {
-        !self.lost.load(Ordering::Acquire) && Instant::now() < self.valid_until()
+        !self.lost.load(Ordering::Acquire) && boot_now() < self.deadline()
     }
 
     /// Records a successful renewal sent at `sent`, after which the server said the lease has
@@ -97,13 +112,13 @@ impl LeaseState {
     /// already run out on our clock.
     pub(crate) fn renewed(&self, sent: Instant, remaining: Duration) -> bool {
         let mut valid = self.valid.lock().unwrap_or_else(|e| e.into_inner());
-        if self.lost.load(Ordering::Acquire) || Instant::now() >= valid.0 {
+        if self.lost.load(Ordering::Acquire) || boot_now() >= valid.0 {
             drop(valid);
             self.declare_lost();
             return false;
         }
         if sent >= valid.1 {
-            *valid = (valid_until(sent, remaining), sent);
+            *valid = (boot_deadline(sent, remaining), sent);
         }
         true
     }
@@ -125,11 +140,14 @@ impl LeaseState {
             if self.lost.load(Ordering::Acquire) {
                 return;
             }
-            let until = self.valid_until();
-            if Instant::now() >= until {
+            if !self.is_valid() {
                 self.declare_lost();
                 return;
             }
+            // Tokio's timers run on the monotonic clock, which stands still while the host is
+            // suspended: woken at least every `RECHECK`, a loss across a suspend is reported
+            // within that of the resume.
+            let until = self.valid_until().min(Instant::now() + RECHECK);
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(until.into()) => {}
@@ -138,9 +156,89 @@ impl LeaseState {
     }
 }
 
+/// Longest sleep of [`LeaseState::until_lost`] before it reads the clock again.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The deadline, on [`boot_now`]'s clock, of a lease of `ttl` granted on a request sent at
+/// `sent`.
+fn boot_deadline(sent: Instant, ttl: Duration) -> Duration {
+    boot_now().saturating_sub(sent.elapsed()) + trusted(ttl)
+}
+
+/// Time on a clock that keeps counting while the host is suspended: `CLOCK_BOOTTIME` on
+/// Linux; elsewhere the time since the first call, on `Instant`.
+fn boot_now() -> Duration {
+    #[cfg(test)]
+    let slept = tests::SUSPENDED.with(|s| s.get());
+    #[cfg(not(test))]
+    let slept = Duration::ZERO;
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the call only writes to it.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0 {
+            return Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) + slept;
+        }
+    }
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed() + slept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Time the host "slept" in this test thread: added to the boot clock only.
+        pub(super) static SUSPENDED: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+    }
+
+    fn labels() -> Arc<Labels> {
+        Arc::new(Labels {
+            mode: "setnx",
+            key: "test".into(),
+            name: None,
+            site: None,
+        })
+    }
+
+    #[test]
+    fn a_lease_does_not_survive_a_suspend_of_the_host() {
+        let lease = LeaseState::new(Instant::now(), Duration::from_secs(10), labels());
+        assert!(lease.is_valid());
+        // The monotonic clock stands still while the host sleeps; the boot clock does not.
+        SUSPENDED.with(|s| s.set(Duration::from_secs(3600)));
+        let valid = lease.is_valid();
+        let until = lease.valid_until();
+        SUSPENDED.with(|s| s.set(Duration::ZERO));
+        assert!(
+            !valid,
+            "a lease that ran out while the host slept is still trusted"
+        );
+        assert!(until <= Instant::now());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_boot_clock_counts_what_the_monotonic_one_does_not() {
+        let read = |clock| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: as in `boot_now`.
+            assert_eq!(unsafe { libc::clock_gettime(clock, &mut ts) }, 0);
+            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        };
+        let before = read(libc::CLOCK_BOOTTIME);
+        let ours = boot_now();
+        let after = read(libc::CLOCK_BOOTTIME);
+        assert!(before <= ours && ours <= after, "not CLOCK_BOOTTIME");
+        assert!(read(libc::CLOCK_MONOTONIC) <= read(libc::CLOCK_BOOTTIME));
+    }
 
     #[test]
     fn ttl_bounds() {
@@ -158,20 +256,14 @@ mod tests {
     #[test]
     fn the_latest_sent_renewal_decides_even_when_it_shortens() {
         let t = Instant::now();
-        let labels = Arc::new(Labels {
-            mode: "setnx",
-            key: "test".into(),
-            name: None,
-            site: None,
-        });
-        let lease = LeaseState::new(t, Duration::from_secs(10), labels);
+        let lease = LeaseState::new(t, Duration::from_secs(10), labels());
         // A renewal sent later that found less on the server wins...
         assert!(lease.renewed(t + Duration::from_millis(1), Duration::from_millis(500)));
-        let short = lease.valid_until();
-        assert!(short < t + Duration::from_secs(1));
+        let short = lease.deadline();
+        assert!(lease.valid_until() < t + Duration::from_secs(1));
         // ...and an answer to an earlier-sent request arriving after it changes nothing.
         assert!(lease.renewed(t, Duration::from_secs(10)));
-        assert_eq!(lease.valid_until(), short);
+        assert_eq!(lease.deadline(), short);
     }
 
     #[test]
@@ -182,8 +274,9 @@ mod tests {
 
     #[test]
     fn validity_leaves_room_for_drift() {
-        let t = Instant::now();
-        let v = valid_until(t, Duration::from_secs(10));
-        assert_eq!(v - t, Duration::from_millis(9_898));
+        assert_eq!(
+            trusted(Duration::from_secs(10)),
+            Duration::from_millis(9_898)
+        );
     }
 }
