@@ -51,9 +51,20 @@ pub struct NodeError {
 
 /// Everything that can go wrong with a lock.
 ///
-/// Every variant carries the lock's key (shortened for display when it is very long) and the
-/// context needed to act on it. [`Error::is_retryable`] tells transient conditions (busy,
-/// timeout, a dropped connection) from mistakes that will fail again (a bad key or config).
+/// Every variant carries the lock's name (shortened for display when it is very long) and
+/// the context needed to act on it. What a caller can do about an error falls in four
+/// groups, each with its predicate:
+///
+/// | group | variants | did the protected work run? | retry? |
+/// |---|---|---|---|
+/// | [contended](Error::is_contended): someone else holds the lock | `Busy`, `Timeout` | no | yes, later |
+/// | [transient](Error::is_transient): Redis unreachable or unsure | `Redis` (a transport failure), `QuorumNotReached`, `ReplicasNotConfirmed` | no, when acquiring | yes, once Redis is back |
+/// | [outcome unknown](Error::is_outcome_unknown): the lease ended during the work | `LeaseLost` | maybe, in part | **not blindly**: check what was done |
+/// | a mistake that fails the same way every time | the others | no | no: fix the code or configuration |
+///
+/// [`is_retryable`](Error::is_retryable) is contended or transient: retrying the same call
+/// is safe and may succeed. [`http_status`](Error::http_status) maps the groups to HTTP, and
+/// with the `axum` feature `Error` is an `IntoResponse` using that mapping.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -78,6 +89,11 @@ pub enum Error {
     /// The lease ended while the holder still believed it held the lock: renewal was refused
     /// or did not succeed before the lease ran out. Anything done after this point may overlap
     /// with the next holder; fencing tokens let a resource refuse such late writes.
+    ///
+    /// The outcome of the work the lock protected is **unknown**: it may have run in part or
+    /// to its end (a locked fn whose body returned `Ok` after the loss returns this). It is not
+    /// [retryable](Error::is_retryable): repeating a non-idempotent operation (a payment, a
+    /// deposit) could apply it twice. Check what was done first.
     #[error("lease on `{key}` was lost after holding it for {held_for:?}")]
     LeaseLost {
         /// The lock's name.
@@ -214,21 +230,71 @@ fn fmt_node_errors(errors: &[NodeError]) -> String {
 }
 
 impl Error {
-    /// True when trying the same operation again later may succeed: the lock was busy, the
-    /// wait ran out, a lease was lost, a quorum was short, or the connection failed. False for
-    /// mistakes that will fail again the same way (bad key, bad config, wrong type, no client).
-    pub fn is_retryable(&self) -> bool {
+    /// True when another owner held the lock: a single attempt found it busy
+    /// ([`Error::Busy`]) or it stayed busy for the whole wait ([`Error::Timeout`]). Nothing
+    /// ran under the lock; trying again later may succeed.
+    ///
+    /// ```
+    /// let busy = distlock::Error::Busy { key: "order:42".into() };
+    /// assert!(busy.is_contended() && busy.is_retryable());
+    /// ```
+    pub fn is_contended(&self) -> bool {
+        matches!(self, Error::Busy { .. } | Error::Timeout { .. })
+    }
+
+    /// True when Redis could not be reached or could not confirm the request in time: a
+    /// transport failure ([`Error::Redis`] with a dropped connection, a timeout, a server
+    /// loading or failing over), a quorum short of nodes that may come back
+    /// ([`Error::QuorumNotReached`] where every node's failure may pass), replicas that did
+    /// not confirm ([`Error::ReplicasNotConfirmed`]). An acquisition that failed this way did
+    /// not take the lock and ran nothing; the same call may succeed once Redis is back.
+    pub fn is_transient(&self) -> bool {
         match self {
-            Error::Busy { .. } | Error::Timeout { .. } | Error::LeaseLost { .. } => true,
             // A replica that is slow or resyncing may confirm the next time.
             Error::ReplicasNotConfirmed { .. } => true,
             // Only if every node's failure may pass: a majority out of memory or holding
             // the application's data fails the same way on every try.
             Error::QuorumNotReached { errors, .. } => errors.iter().all(|e| e.retryable),
             Error::Redis { source, .. } => is_transient(source),
-            // Fails the same way until the task releases its read lock.
-            Error::Upgrade { .. } => false,
             _ => false,
+        }
+    }
+
+    /// True for [`Error::LeaseLost`]: the lease ended while the protected work ran, so
+    /// whether and how far it ran is unknown. Not retryable as such.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// True when the same call may be made again and may succeed: the lock was
+    /// [contended](Self::is_contended) or Redis [transient](Self::is_transient)ly
+    /// unavailable, and nothing ran. False for a lost lease (the
+    /// [outcome is unknown](Self::is_outcome_unknown)) and for mistakes that fail the same way
+    /// every time (a bad name or configuration, the wrong type at the key, no client, a
+    /// reentrant or upgrade misuse).
+    pub fn is_retryable(&self) -> bool {
+        self.is_contended() || self.is_transient()
+    }
+
+    /// The HTTP status a service should answer with when a request fails with this error:
+    /// `409 Conflict` for [contention](Self::is_contended) (nothing ran; the client may try
+    /// again), `503 Service Unavailable` for [transient](Self::is_transient) failures (nothing
+    /// ran; send `Retry-After`), `400 Bad Request` for a lock name the request made unusable
+    /// ([`Error::InvalidKey`]: names usually come from request data), and
+    /// `500 Internal Server Error` for everything else, a lost lease included: its outcome is
+    /// unknown, and a client must not repeat a non-idempotent request because of it.
+    ///
+    /// With the `axum` feature, `Error` implements `IntoResponse` with this status (and
+    /// `Retry-After: 1` on 503).
+    pub fn http_status(&self) -> u16 {
+        if self.is_contended() {
+            409
+        } else if self.is_transient() {
+            503
+        } else if matches!(self, Error::InvalidKey { .. }) {
+            400
+        } else {
+            500
         }
     }
 
@@ -290,3 +356,110 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The response for a handler that fails with a lock error: the status of
+/// [`Error::http_status`], `Retry-After: 1` on 503, and the error's message as plain text.
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+impl axum_core::response::IntoResponse for Error {
+    fn into_response(self) -> axum_core::response::Response {
+        let status = http::StatusCode::from_u16(self.http_status())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, self.to_string()).into_response();
+        if status == http::StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transport() -> Error {
+        Error::redis(
+            Op::Acquire,
+            "k",
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
+        )
+    }
+
+    fn lost() -> Error {
+        Error::LeaseLost {
+            key: "k".into(),
+            held_for: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn each_error_is_in_one_group_and_maps_to_its_status() {
+        let busy = Error::Busy { key: "k".into() };
+        let timeout = Error::Timeout {
+            key: "k".into(),
+            waited: Duration::from_secs(1),
+            attempts: 3,
+        };
+        let short = Error::QuorumNotReached {
+            key: "k".into(),
+            acked: 1,
+            needed: 2,
+            errors: vec![NodeError {
+                node: "n".into(),
+                reason: "timed out".into(),
+                retryable: true,
+            }],
+        };
+        let refused = Error::QuorumNotReached {
+            key: "k".into(),
+            acked: 0,
+            needed: 2,
+            errors: vec![NodeError {
+                node: "n".into(),
+                reason: "OOM".into(),
+                retryable: false,
+            }],
+        };
+        let bad_name = Error::InvalidKey {
+            key: "".into(),
+            reason: "the name is empty".into(),
+        };
+        // (error, contended, transient, outcome unknown, retryable, status)
+        let cases = [
+            (busy, true, false, false, true, 409),
+            (timeout, true, false, false, true, 409),
+            (transport(), false, true, false, true, 503),
+            (short, false, true, false, true, 503),
+            (refused, false, false, false, false, 500),
+            (lost(), false, false, true, false, 500),
+            (bad_name, false, false, false, false, 400),
+            (Error::NoClient, false, false, false, false, 500),
+            (Error::config("x"), false, false, false, false, 500),
+        ];
+        for (e, contended, transient, unknown, retryable, status) in cases {
+            assert_eq!(e.is_contended(), contended, "{e}");
+            assert_eq!(e.is_transient(), transient, "{e}");
+            assert_eq!(e.is_outcome_unknown(), unknown, "{e}");
+            assert_eq!(e.is_retryable(), retryable, "{e}");
+            assert_eq!(e.http_status(), status, "{e}");
+        }
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn axum_responses_carry_the_status_and_retry_after_only_when_retrying_helps() {
+        use axum_core::response::IntoResponse;
+        let busy = Error::Busy { key: "k".into() }.into_response();
+        assert_eq!(busy.status(), 409);
+        assert!(busy.headers().get("retry-after").is_none());
+        let down = transport().into_response();
+        assert_eq!(down.status(), 503);
+        assert_eq!(down.headers()["retry-after"], "1");
+        let lost = lost().into_response();
+        assert_eq!(lost.status(), 500);
+        assert!(lost.headers().get("retry-after").is_none());
+    }
+}

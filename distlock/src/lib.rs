@@ -85,6 +85,7 @@
 //! stored with each hold points to, for [`Client::inspect`]; it expires a day after its last
 //! write.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
 mod client;

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -105,8 +104,10 @@ pub struct App {
     pub accounts: Arc<Accounts>,
 }
 
-/// The handlers' error: a lock that could not be taken in time becomes `503` (with
-/// `Retry-After` when retrying may help), anything else from the lock `500`.
+/// The handlers' error. A lock error answers with distlock's own HTTP mapping
+/// (`distlock::Error::http_status`): `409` when the account is busy, `503` with `Retry-After`
+/// when Redis is unreachable (in both, the deposit did not run), `500` when the lease was lost
+/// during the deposit (it may have been applied: the client must not simply repeat it).
 #[derive(Debug)]
 pub enum AppError {
     /// The lock could not be taken or was lost.
@@ -122,16 +123,7 @@ impl From<distlock::Error> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let AppError::Lock(error) = self;
-        if error.is_retryable() {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [("retry-after", "1")],
-                format!("account busy: {error}"),
-            )
-                .into_response()
-        } else {
-            (StatusCode::INTERNAL_SERVER_ERROR, format!("lock: {error}")).into_response()
-        }
+        error.into_response()
     }
 }
 
@@ -142,7 +134,7 @@ async fn show(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<Accoun
 }
 
 /// `POST /accounts/{id}/deposit`: alone on the account.
-#[write_lock(key = "account:<id>", client = app.locks, ttl = "10s", wait = "10s", fencing = true)]
+#[write_lock(key = "account:<id>", client = app.locks, ttl = "10s", wait = "10s")]
 async fn deposit(
     State(app): State<App>,
     Path(id): Path<u64>,

@@ -24,8 +24,8 @@ impl From<distlock::Error> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         match self {
-            AppError::Lock(error) if error.is_retryable() => StatusCode::LOCKED.into_response(),
-            AppError::Lock(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            // distlock's own mapping (the `axum` feature): 409 busy, 503 Redis down, 500 lost.
+            AppError::Lock(error) => error.into_response(),
         }
     }
 }
