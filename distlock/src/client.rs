@@ -434,13 +434,13 @@ pub struct ClientBuilder {
     shape: Shape,
     replicas: Option<Replicas>,
     node_timeout: Option<Duration>,
-    restart_delay: Duration,
+    restart_delay: Option<Duration>,
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
     max_key_len: usize,
-    handoff: HandOffLimits,
-    connections: usize,
+    handoff: Option<HandOffLimits>,
+    connections: Option<usize>,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -481,19 +481,20 @@ impl ClientBuilder {
             shape: Shape::Nodes,
             replicas: None,
             node_timeout: None,
-            restart_delay: DEFAULT_RESTART_DELAY,
+            restart_delay: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             max_key_len: DEFAULT_MAX_KEY_LEN,
-            handoff: HandOffLimits::default(),
-            connections: DEFAULT_CONNECTIONS,
+            handoff: None,
+            connections: None,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
     }
 
-    /// One node only: how many connections the client opens to it (default
+    /// One node only (any other client refuses it at [`connect`](Self::connect)): how many
+    /// connections the client opens to it (default
     /// [`DEFAULT_CONNECTIONS`], at most [`MAX_CONNECTIONS`]). Each acquisition sends all its
     /// commands (attempts, release, the give-back of an abandoned attempt) on one of them,
     /// the one of the task that takes the lock, so they reach the server in order as on one
@@ -519,11 +520,12 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn connections(mut self, connections: usize) -> Self {
-        self.connections = connections;
+        self.connections = Some(connections);
         self
     }
 
-    /// Quorum only: how long one node may take to answer inside a quorum operation (default:
+    /// Quorum only (any other client refuses it at [`connect`](Self::connect)): how long one
+    /// node may take to answer inside a quorum operation (default:
     /// the response timeout, at most 100 ms). A slow or frozen node then costs a lock no more
     /// than this, and the majority decides without it.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
@@ -531,7 +533,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Quorum only: how long a node's server must have been up before its vote counts
+    /// Quorum only (any other client refuses it at [`connect`](Self::connect)): how long a
+    /// node's server must have been up before its vote counts
     /// (default 30 s, the default ttl). Set it to your longest ttl: a server that restarted
     /// without its data forgot its locks, and until they have expired everywhere else its
     /// vote could hand a held lock to a second owner.
@@ -544,7 +547,7 @@ impl ClientBuilder {
     /// [`Error::QuorumNotReached`], or wait if given a wait). `Duration::ZERO` turns the guard
     /// off.
     pub fn restart_delay(mut self, delay: Duration) -> Self {
-        self.restart_delay = delay;
+        self.restart_delay = Some(delay);
         self
     }
     /// Prefix of every key this client writes (default `"distlock"`; empty for none). It must
@@ -566,7 +569,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Local hand-off (setnx locks on one node, Sentinel or a Cluster): a lock released while
+    /// Local hand-off (setnx locks on one node, Sentinel or a Cluster; a quorum client refuses
+    /// it at [`connect`](Self::connect)): a lock released while
     /// another task of this client waits for it passes straight to that task, with no command
     /// to Redis, at most `passes` times in a row and only within `window` of when it was taken
     /// from Redis; then it is really released, so other processes get their turn. Default: 8
@@ -597,7 +601,7 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn local_handoff(mut self, passes: u32, window: Duration) -> Self {
-        self.handoff = HandOffLimits { passes, window };
+        self.handoff = Some(HandOffLimits { passes, window });
         self
     }
 
@@ -647,19 +651,15 @@ impl ClientBuilder {
         if let Some(replicas) = &self.replicas {
             replicas.validate(self.response_timeout)?;
         }
-        if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
+        self.refuse_what_does_not_apply()?;
+        let connections = self.connections.unwrap_or(DEFAULT_CONNECTIONS);
+        if !(1..=MAX_CONNECTIONS).contains(&connections) {
             return Err(Error::config(format!(
-                "connections: {} is not between 1 and {MAX_CONNECTIONS}",
-                self.connections
+                "connections: {connections} is not between 1 and {MAX_CONNECTIONS}"
             )));
         }
         if self.shape != Shape::Nodes {
             return self.connect_one_deployment().await;
-        }
-        if self.replicas.is_some() && self.urls.len() > 1 {
-            return Err(Error::config(
-                "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
-            ));
         }
         let n = self.urls.len();
         if n == 0 || n == 2 {
@@ -671,10 +671,11 @@ impl ClientBuilder {
         let settings = NodeSettings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
-            restart_guard: (n > 1 && !self.restart_delay.is_zero()).then_some(self.restart_delay),
+            restart_guard: Some(self.restart_delay.unwrap_or(DEFAULT_RESTART_DELAY))
+                .filter(|delay| n > 1 && !delay.is_zero()),
             // A quorum node: one connection for the subscriptions and renewals, one for the
             // acquisitions (see `conn::link`).
-            lanes: if n == 1 { self.connections } else { 2 },
+            lanes: if n == 1 { connections } else { 2 },
             #[cfg(feature = "tls")]
             tls_root_cert: self.tls_root_cert.clone(),
         };
@@ -727,18 +728,43 @@ impl ClientBuilder {
         Ok(self.finish(channels, nodes))
     }
 
+    /// Refuses a setting the chosen deployment would ignore: a caller who set it expects it
+    /// to act.
+    fn refuse_what_does_not_apply(&self) -> Result<(), Error> {
+        let shape = match (&self.shape, self.urls.len()) {
+            (Shape::Cluster, _) => "a Redis Cluster client",
+            (Shape::Sentinel(_), _) => "a Sentinel client",
+            (Shape::Nodes, 1) => "a single-node client",
+            (Shape::Nodes, _) => "a quorum client",
+        };
+        let quorum = self.shape == Shape::Nodes && self.urls.len() > 1;
+        let single = self.shape == Shape::Nodes && self.urls.len() == 1;
+        #[cfg(feature = "tls")]
+        let tls_root = self.tls_root_cert.is_some();
+        #[cfg(not(feature = "tls"))]
+        let tls_root = false;
+        let refused = [
+            (self.connections.is_some() && !single, "connections", "it sets the connections to one node"),
+            (self.node_timeout.is_some() && !quorum, "node_timeout", "it bounds one node's answer inside a quorum"),
+            (self.restart_delay.is_some() && !quorum, "restart_delay", "it keeps a restarted quorum node from voting"),
+            (self.handoff.is_some() && quorum, "local_handoff", "a quorum's holds never pass between tasks"),
+            (self.replicas.is_some() && quorum, "replicas", "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum"),
+            // redis-rs builds these connections itself from the URLs; a private root is not
+            // handed through yet. Refused rather than silently trusting the default roots.
+            (tls_root && !(single || quorum), "tls_root_certificate", "it is not supported with Client::cluster or Client::sentinel yet: use certificates signed by a webpki root"),
+        ];
+        match refused.into_iter().find(|(set, _, _)| *set) {
+            Some((_, setting, why)) => Err(Error::config(format!(
+                "{setting} does not apply to {shape}: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// A Cluster or Sentinel client: one [`Node`] whose connection knows the topology.
     async fn connect_one_deployment(self) -> Result<Client, Error> {
         if self.urls.is_empty() {
             return Err(Error::config("no Redis URL given"));
-        }
-        #[cfg(feature = "tls")]
-        if self.tls_root_cert.is_some() {
-            // redis-rs builds these connections itself from the URLs; a private root is not
-            // handed through yet. Refused rather than silently trusting the default roots.
-            return Err(Error::config(
-                "tls_root_certificate is not supported with Client::cluster or Client::sentinel yet: use certificates signed by a webpki root",
-            ));
         }
         let settings = NodeSettings {
             connect_timeout: self.connect_timeout,
@@ -779,7 +805,7 @@ impl ClientBuilder {
                 nonces: AtomicU64::new(1),
                 replicas: self.replicas,
                 response_timeout: self.response_timeout,
-                handoff: self.handoff,
+                handoff: self.handoff.unwrap_or_default(),
             }),
         }
     }

@@ -226,6 +226,58 @@ async fn a_bad_url_or_prefix_is_a_config_error() {
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
 }
 
+/// Every builder setting that one deployment shape would ignore is refused by that shape,
+/// naming the setting and the shape, before anything is sent (the URLs point nowhere).
+#[tokio::test]
+async fn a_setting_the_deployment_would_ignore_is_refused() {
+    let one = || Client::builder("redis://127.0.0.1:1");
+    let quorum = || {
+        Client::quorum_builder([
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ])
+    };
+    let cluster = || Client::cluster_builder(["redis://127.0.0.1:1"]);
+    let sentinel = || Client::sentinel_builder(["redis://127.0.0.1:1"], "locks");
+    let ms = Duration::from_millis(50);
+    let cases = [
+        ("connections", quorum().connections(2), "quorum"),
+        ("connections", cluster().connections(2), "Cluster"),
+        ("connections", sentinel().connections(2), "Sentinel"),
+        ("node_timeout", one().node_timeout(ms), "single-node"),
+        ("node_timeout", cluster().node_timeout(ms), "Cluster"),
+        ("node_timeout", sentinel().node_timeout(ms), "Sentinel"),
+        ("restart_delay", one().restart_delay(ms), "single-node"),
+        ("restart_delay", cluster().restart_delay(ms), "Cluster"),
+        ("restart_delay", sentinel().restart_delay(ms), "Sentinel"),
+        ("local_handoff", quorum().local_handoff(0, ms), "quorum"),
+        ("replicas", quorum().replicas(1, ms), "quorum"),
+    ];
+    for (setting, builder, shape) in cases {
+        let err = builder.connect().await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, Error::InvalidConfig { .. }),
+            "{setting} on {shape}: {err}"
+        );
+        assert!(
+            text.contains(setting) && text.contains(shape),
+            "{setting} on {shape}: {text}"
+        );
+    }
+    // Where a setting applies it is taken (and the connection then fails: nothing listens).
+    let applies = [
+        one().connections(1).local_handoff(0, ms).replicas(1, ms),
+        quorum().node_timeout(ms).restart_delay(ms),
+        cluster().local_handoff(0, ms).replicas(1, ms),
+    ];
+    for builder in applies {
+        let err = builder.connect_timeout(ms).connect().await.unwrap_err();
+        assert!(!matches!(err, Error::InvalidConfig { .. }), "{err}");
+    }
+}
+
 #[tokio::test]
 async fn the_client_reconnects_after_a_server_restart() {
     let mut server = RedisServer::start();
