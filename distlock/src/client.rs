@@ -634,6 +634,7 @@ impl ClientBuilder {
     /// # let _ = locks; Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_cert = Some(pem.into());
         self

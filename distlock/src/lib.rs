@@ -121,9 +121,14 @@ pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECOR
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
+/// The `redis` crate this one is built on: [`Error::Redis`] carries its `RedisError`, so an
+/// application on another version of `redis` can still name and inspect it.
+pub use redis;
+
 /// The lock attributes, re-exported so users depend on this crate alone: each turns an
 /// `async fn` into acquire, watchdog renewal, body, release. See their own docs for the
 /// arguments and their defaults.
+#[doc(inline)]
 pub use distlock_macros::{distributed_lock, read_lock, write_lock};
 
 // Runtime support for the lock attributes: the code they generate calls `__private::run`.
