@@ -121,9 +121,11 @@ pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECOR
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
-/// The `redis` crate this one is built on: [`Error::Redis`] carries its `RedisError`, so an
-/// application on another version of `redis` can still name and inspect it.
-pub use redis;
+/// The error of the `redis` crate this one is built on, which [`Error::Redis`] carries: named
+/// here so that an application using another version of `redis` (or none) can still name it.
+/// (Only this type: re-exporting the whole `redis` crate would make the compiler spell common
+/// types by their full paths in every compile error of an application that uses this crate.)
+pub use redis::RedisError;
 
 /// The lock attributes, re-exported so users depend on this crate alone: each turns an
 /// `async fn` into acquire, watchdog renewal, body, release. See their own docs for the
@@ -134,7 +136,7 @@ pub use distlock_macros::{distributed_lock, read_lock, write_lock};
 // Runtime support for the lock attributes: the code they generate calls `__private::run`.
 // `Lease` and `lease()` are the part a locked body uses directly.
 #[doc(hidden)]
-#[path = "private.rs"]
+#[path = "private/mod.rs"]
 pub mod __private;
 pub use __private::{lease, Lease};
 

@@ -11,25 +11,32 @@
 //! the traits below, each with a `#[diagnostic::on_unimplemented]` message; the macro emits the
 //! calls that need them with the span of the user's offending token.
 
+mod checks;
+mod lease;
+mod lookup;
+
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::fmt::{self, Display};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::Error;
 use crate::guard::Guard;
 
+pub use checks::{
+    key, returns, returns_logged, returns_mapped, FromLockError, IsOption, KeyPart, LoggedValue,
+    NotNullKey, Outcome, Part, Placeholder, Returns, SkipValue,
+};
 pub use core::format_args;
 pub use core::option::Option;
+pub use lease::{lease, Lease};
+use lease::{Signal, Slot, CURRENT, ENDED, LOST};
+pub use lookup::{client, default_client, default_quorum_client, AsLockClient};
 
 /// The message of the [`Error::InvalidConfig`] a `mode = "redlock"` call on a one-node client
 /// returns.
@@ -131,424 +138,6 @@ where
     R::Ok: SkipValue,
 {
     R::from_ok(R::Ok::skipped())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Compile-time checks on the user's types.
-
-/// The return type of a locked fn: a `Result`.
-#[diagnostic::on_unimplemented(
-    message = "a locked fn must return `Result<T, E>`, not `{Self}`",
-    label = "not a `Result`: lock errors (busy, lease lost, no client) could not be returned",
-    note = "return `Result<T, E>` with `E: From<distlock::Error>`, e.g. `Result<{Self}, MyError>`; or, for a job whose lock errors need only be logged, add `on_error = \"log\"` (then any type with `Default` may be returned)"
-)]
-pub trait Outcome: Sized {
-    /// The success type.
-    type Ok;
-    /// The error type.
-    type Err;
-    /// `Ok(value)`.
-    fn from_ok(value: Self::Ok) -> Self;
-    /// `Err(error)`.
-    fn from_err(error: Self::Err) -> Self;
-    /// Whether this is `Ok`.
-    fn is_ok(&self) -> bool;
-}
-
-impl<T, E> Outcome for Result<T, E> {
-    type Ok = T;
-    type Err = E;
-
-    fn from_ok(value: T) -> Self {
-        Ok(value)
-    }
-
-    fn from_err(error: E) -> Self {
-        Err(error)
-    }
-
-    fn is_ok(&self) -> bool {
-        Result::is_ok(self)
-    }
-}
-
-/// An error type a lock error converts into.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot carry a `distlock::Error`, so a locked fn cannot return it",
-    label = "the lock's errors (busy, lease lost, no client) are returned through this type",
-    note = "implement `From<distlock::Error>` for `{Self}`, or convert explicitly with `map_err = path::to::fn` (a `fn(distlock::Error) -> {Self}`)"
-)]
-pub trait FromLockError {
-    /// Wraps a lock error.
-    fn from_lock_error(error: Error) -> Self;
-}
-
-impl<E: From<Error>> FromLockError for E {
-    fn from_lock_error(error: Error) -> Self {
-        E::from(error)
-    }
-}
-
-/// How a locked fn's return value is built: from a lock error, or checked for success.
-/// Made by [`returns`] or [`returns_mapped`], whose bounds are the compile-time checks; [`run`]
-/// itself has none, so each check is reported once, where the macro placed it.
-pub struct Returns<R, E> {
-    map_err: fn(Error) -> E,
-    from_err: fn(E) -> R,
-    is_ok: fn(&R) -> bool,
-}
-
-/// The return type of a fn with `on_error = "log"`.
-#[diagnostic::on_unimplemented(
-    message = "`on_error = \"log\"` returns `Default::default()` when the lock is not held, but `{Self}` has no `Default`",
-    label = "`{Self}` does not implement `Default`",
-    note = "return `()`, an `Option<T>` or another type with `Default`; or remove `on_error = \"log\"` and return `Result<T, E>` with `E: From<distlock::Error>`"
-)]
-pub trait LoggedValue {
-    /// What a call whose lock failed returns.
-    fn not_run() -> Self;
-}
-
-impl<T: Default> LoggedValue for T {
-    fn not_run() -> Self {
-        T::default()
-    }
-}
-
-/// `on_error = "log"`: a lock error becomes a `warn` event and the fn returns
-/// `Default::default()`.
-pub fn returns_logged<R: LoggedValue>() -> Returns<R, ()> {
-    Returns {
-        map_err: log_error,
-        from_err: |()| R::not_run(),
-        // Any value is the body's own answer: a loss after it finished is logged instead.
-        is_ok: |_| true,
-    }
-}
-
-fn log_error(error: Error) {
-    tracing::warn!(error = %error, "locked call not run: the lock was not held");
-}
-
-/// A locked fn returning `R` whose error type converts with `From<distlock::Error>`.
-pub fn returns<R: Outcome>() -> Returns<R, R::Err>
-where
-    R::Err: FromLockError,
-{
-    Returns {
-        map_err: R::Err::from_lock_error,
-        from_err: R::from_err,
-        is_ok: R::is_ok,
-    }
-}
-
-/// `map_err = path`: the path must be a `fn(distlock::Error) -> E` for the fn's error type `E`.
-pub fn returns_mapped<R: Outcome>(map_err: fn(Error) -> R::Err) -> Returns<R, R::Err> {
-    Returns {
-        map_err,
-        from_err: R::from_err,
-        is_ok: R::is_ok,
-    }
-}
-
-impl<R, E> Returns<R, E> {
-    fn error(&self, error: Error) -> R {
-        (self.from_err)((self.map_err)(error))
-    }
-}
-
-/// The `Ok` type of a locked fn with `on_busy = "skip"`.
-#[diagnostic::on_unimplemented(
-    message = "`on_busy = \"skip\"` returns `Ok(Default::default())` when the lock is busy, but `{Self}` has no `Default`",
-    label = "`{Self}` does not implement `Default`",
-    note = "return `Result<Option<T>, E>` (skipped calls return `Ok(None)`), or implement `Default` for `{Self}`"
-)]
-pub trait SkipValue {
-    /// What a skipped call returns inside `Ok`.
-    fn skipped() -> Self;
-}
-
-impl<T: Default> SkipValue for T {
-    fn skipped() -> Self {
-        T::default()
-    }
-}
-
-/// A value a key placeholder may name.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be used in a lock key: placeholders are formatted with `Display`",
-    label = "`{Self}` does not implement `std::fmt::Display`",
-    note = "implement `std::fmt::Display` for `{Self}`, or name a field that has it, e.g. `<user.id>`"
-)]
-pub trait KeyPart: Display {}
-
-impl<T: Display + ?Sized> KeyPart for T {}
-
-/// Never implemented: it exists for its message on `Option` placeholders.
-#[diagnostic::on_unimplemented(
-    message = "a lock key cannot contain an `Option`: a key must never be null",
-    label = "this placeholder is an `{Self}`",
-    note = "every `None` would share one lock; take the value out of the `Option` before calling (make the parameter the inner type), or name a field that is not an `Option`"
-)]
-pub trait NotNullKey {}
-
-/// A key placeholder's value, on its way into the key's `format_args!`.
-pub struct Placeholder<'a, T>(pub &'a T);
-
-impl<'a, T: IsOption> Placeholder<'a, T> {
-    /// `Option`s are refused, with their own message (inherent methods win over [`Part`]).
-    pub fn part(self) -> &'a dyn Display
-    where
-        T::Option: NotNullKey,
-    {
-        unreachable!("NotNullKey has no implementations")
-    }
-}
-
-/// `Option<T>` and references to one: the placeholder types refused by [`NotNullKey`].
-pub trait IsOption {
-    /// The `Option` type itself, for the message.
-    type Option;
-}
-
-impl<T> IsOption for Option<T> {
-    type Option = Option<T>;
-}
-
-impl<T: IsOption + ?Sized> IsOption for &T {
-    type Option = T::Option;
-}
-
-/// Every placeholder that is not an `Option`. A trait (imported by the generated code) so that
-/// the inherent methods above take precedence.
-pub trait Part<'a> {
-    /// The placeholder's type.
-    type Value;
-    /// The value, as the key's formatter sees it.
-    fn part(self) -> &'a dyn Display
-    where
-        Self::Value: KeyPart;
-}
-
-impl<'a, T: 'a> Part<'a> for Placeholder<'a, T> {
-    type Value = T;
-
-    fn part(self) -> &'a dyn Display
-    where
-        T: KeyPart,
-    {
-        self.0
-    }
-}
-
-/// The key, formatted once. A template without placeholders costs no allocation.
-pub fn key(parts: fmt::Arguments<'_>) -> Cow<'static, str> {
-    match parts.as_str() {
-        Some(fixed) => Cow::Borrowed(fixed),
-        None => Cow::Owned(fmt::format(parts)),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Finding the client.
-
-/// A value `client = ..` may evaluate to.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a lock client",
-    label = "`client = ..` must evaluate to a `distlock::Client`",
-    note = "accepted: `Client`, `&Client`, `Arc<Client>`, `Box<Client>`, and an `Option` of these (`None` returns `distlock::Error::NoClient`); leave `client` out to use the default set with `distlock::set_default`"
-)]
-pub trait AsLockClient {
-    /// The client (a cheap clone: an `Arc` inside), or why there is none.
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error>;
-}
-
-impl AsLockClient for Client {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        Ok(Cow::Owned(self.clone()))
-    }
-}
-
-impl<T: AsLockClient + ?Sized> AsLockClient for &T {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        (**self).lock_client()
-    }
-}
-
-impl<T: AsLockClient + ?Sized> AsLockClient for &mut T {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        (**self).lock_client()
-    }
-}
-
-impl<T: AsLockClient + ?Sized> AsLockClient for Arc<T> {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        (**self).lock_client()
-    }
-}
-
-impl<T: AsLockClient + ?Sized> AsLockClient for Box<T> {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        (**self).lock_client()
-    }
-}
-
-impl<T: AsLockClient> AsLockClient for Option<T> {
-    fn lock_client(&self) -> Result<Cow<'static, Client>, Error> {
-        self.as_ref().ok_or(Error::NoClient)?.lock_client()
-    }
-}
-
-/// `client = expr`, evaluated where the fn's parameters are in scope. The result owns its
-/// handle, so the body may move whatever the expression borrowed from.
-pub fn client<C: AsLockClient + ?Sized>(client: &C) -> Result<Cow<'static, Client>, Error> {
-    client.lock_client()
-}
-
-/// No `client = ..`: the process default, or [`Error::NoClient`].
-pub fn default_client() -> Result<Cow<'static, Client>, Error> {
-    crate::client::default_client().map(Cow::Borrowed)
-}
-
-/// No `client = ..` in a `mode = "redlock"` fn: the quorum default, or [`Error::NoClient`].
-pub fn default_quorum_client() -> Result<Cow<'static, Client>, Error> {
-    crate::client::default_quorum_client().map(Cow::Borrowed)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The lease, as the body sees it.
-
-/// The lock held by the locked fn that is running; see [`lease`].
-///
-/// A cheap handle (a fencing token and a shared flag). It reports the hold as seen by the
-/// locked fn that took it: the loss is noticed when a renewal is refused, when no renewal
-/// succeeded before the lease ran out on the local clock, or when `max_hold` elapsed. A handle
-/// kept after the locked fn returned reports the hold as over.
-#[derive(Clone, Debug)]
-pub struct Lease {
-    fence: Option<u64>,
-    signal: Arc<Signal>,
-}
-
-impl Lease {
-    /// The hold's fencing token ([`Guard::fencing_token`]) when the attribute asked for one
-    /// (`fencing = true`; `None` otherwise): pass it to the resource the lock protects and
-    /// have it refuse tokens smaller than one it has seen.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fence
-    }
-
-    /// True until the lease is lost or the locked fn returned.
-    pub fn is_held(&self) -> bool {
-        self.signal.state() == HELD
-    }
-
-    /// Resolves once [`is_held`](Self::is_held) is false: the lease was lost (the way to notice
-    /// it under `on_lost = "continue"`; under the default `on_lost = "cancel"` the body is
-    /// dropped instead and never sees this resolve), or the locked fn has returned.
-    pub async fn lost(&self) {
-        self.signal.until_over().await;
-    }
-}
-
-/// The lease of the innermost locked fn running in this task, or `None` outside one.
-///
-/// Inside a body generated by `#[distributed_lock]`, `#[read_lock]` or `#[write_lock]` this
-/// gives the fencing token of the hold and, with `on_lost = "continue"`, the way to notice a
-/// lost lease:
-///
-/// ```no_run
-/// # #[derive(Debug)] struct AppError;
-/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-/// # async fn copy_chunk(_: u32, _: u64) {}
-/// #[distlock::distributed_lock(key = "export:<id>", on_lost = "continue", fencing = true)]
-/// async fn export(id: u32) -> Result<(), AppError> {
-///     let lease = distlock::lease().expect("inside a locked fn");
-///     for _chunk in 0..100 {
-///         if !lease.is_held() {
-///             break; // stop at a safe point; the call returns Err(LeaseLost)
-///         }
-///         copy_chunk(id, lease.fencing_token().expect("fencing = true")).await;
-///     }
-///     Ok(())
-/// }
-/// ```
-///
-/// Like every task-local, it does not cross `tokio::spawn`: pass the [`Lease`] to a spawned
-/// task explicitly. The first call in a locked fn allocates the shared flag; bodies that never
-/// ask pay nothing.
-pub fn lease() -> Option<Lease> {
-    CURRENT
-        .try_with(|slot| {
-            let signal = slot
-                .signal
-                .take()
-                .unwrap_or_else(|| Arc::new(Signal::new(if slot.lost { LOST } else { HELD })));
-            slot.signal.set(Some(signal.clone()));
-            Lease {
-                fence: slot.fence,
-                signal,
-            }
-        })
-        .ok()
-}
-
-tokio::task_local! {
-    /// Set around every poll of a locked body.
-    static CURRENT: Slot;
-}
-
-/// What [`lease`] reads; moved into the task-local for each poll of the body, so it needs no
-/// allocation until the body asks for a [`Lease`].
-struct Slot {
-    fence: Option<u64>,
-    lost: bool,
-    signal: Cell<Option<Arc<Signal>>>,
-}
-
-const HELD: u8 = 0;
-const LOST: u8 = 1;
-const ENDED: u8 = 2;
-
-#[derive(Debug)]
-struct Signal {
-    state: AtomicU8,
-    changed: Notify,
-}
-
-impl Signal {
-    fn new(state: u8) -> Self {
-        Signal {
-            state: AtomicU8::new(state),
-            changed: Notify::new(),
-        }
-    }
-
-    fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// Moves to `state` unless the hold is already over for another reason.
-    fn over(&self, state: u8) {
-        if self
-            .state
-            .compare_exchange(HELD, state, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.changed.notify_waiters();
-        }
-    }
-
-    async fn until_over(&self) {
-        loop {
-            let mut notified = pin!(self.changed.notified());
-            notified.as_mut().enable();
-            if self.state() != HELD {
-                return;
-            }
-            notified.await;
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -790,6 +379,7 @@ pub fn handoff_waiters(client: &Client, name: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::lease::HELD;
     use super::*;
 
     #[test]
