@@ -63,7 +63,7 @@ impl<E: From<Error>> FromLockError for E {
 }
 
 /// How a locked fn's return value is built: from a lock error, or checked for success.
-/// Made by [`returns`] or [`returns_mapped`], whose bounds are the compile-time checks; [`run`]
+/// Made by [`returns`] or [`returns_mapped`], whose bounds are the compile-time checks; [`run`](super::run)
 /// itself has none, so each check is reported once, where the macro placed it.
 pub struct Returns<R, E> {
     pub(super) map_err: fn(Error) -> E,

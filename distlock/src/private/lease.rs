@@ -23,7 +23,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The hold's fencing token ([`Guard::fencing_token`]) when the attribute asked for one
+    /// The hold's fencing token ([`Guard::fencing_token`](crate::Guard::fencing_token)) when the attribute asked for one
     /// (`fencing = true`; `None` otherwise): pass it to the resource the lock protects and
     /// have it refuse tokens smaller than one it has seen.
     pub fn fencing_token(&self) -> Option<u64> {
