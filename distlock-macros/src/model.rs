@@ -17,7 +17,8 @@ use syn::{Expr, ExprPath, Ident, ItemFn, LitStr, Member};
 /// holder's lock within half a minute.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-/// The ttl range the runtime accepts (`distlock::MIN_TTL..=distlock::MAX_TTL`; keep in step):
+/// The ttl range the runtime accepts (`distlock::MIN_TTL..=distlock::MAX_TTL`; a unit test
+/// checks they agree):
 /// below 10 ms the clock-drift allowance eats the lease, and a lock held for more than 30 days
 /// is a holder that died.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -226,5 +227,15 @@ mod tests {
             assert_eq!(AttrKind::from_name(kind.name()), Some(kind));
         }
         assert_eq!(AttrKind::from_name("lock"), None);
+    }
+
+    /// The attributes check durations at compile time against copies of the runtime's
+    /// bounds and defaults (a proc-macro crate cannot import them): they must agree.
+    #[test]
+    fn the_copied_bounds_and_defaults_agree_with_the_runtime() {
+        assert_eq!(DEFAULT_TTL, distlock::DEFAULT_TTL);
+        assert_eq!(DEFAULT_WAIT, distlock::DEFAULT_WAIT);
+        assert_eq!(MIN_TTL, distlock::MIN_TTL);
+        assert_eq!(MAX_TTL, distlock::MAX_TTL);
     }
 }
