@@ -34,6 +34,24 @@ enum Mode {
     Write,
     /// Half the tasks read, half write (without fencing).
     ReadWrite,
+    /// Two tasks read for one that writes (without fencing): readers and writers wait on each
+    /// other's wake-ups, which lost subscription replies used to cut off for good.
+    ReadMostly,
+}
+
+impl Mode {
+    fn shared(self) -> bool {
+        matches!(self, Mode::ReadWrite | Mode::ReadMostly)
+    }
+
+    /// Whether task `i` of a run takes the exclusive side.
+    fn writes(self, i: usize) -> bool {
+        match self {
+            Mode::ReadWrite => i % 4 >= 2,
+            Mode::ReadMostly => i % 3 == 2,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -61,8 +79,8 @@ fn request<'c>(locks: &'c Client, mode: Mode, writer: bool, name: &str) -> LockR
         Mode::SetnxFenced => locks.lock(name).fencing(true),
         Mode::Reentrant => locks.reentrant(name).fencing(true),
         Mode::Write => locks.write(name).fencing(true),
-        Mode::ReadWrite if writer => locks.write(name),
-        Mode::ReadWrite => locks.read(name),
+        Mode::ReadWrite | Mode::ReadMostly if writer => locks.write(name),
+        Mode::ReadWrite | Mode::ReadMostly => locks.read(name),
     };
     request
         .ttl(Duration::from_secs(3))
@@ -71,7 +89,7 @@ fn request<'c>(locks: &'c Client, mode: Mode, writer: bool, name: &str) -> LockR
 
 /// One critical section, checked by the observers of its lock.
 async fn section(mode: Mode, writer: bool, guard: &Guard, mine: &Observer, other: &Observer) {
-    if mode == Mode::ReadWrite {
+    if mode.shared() {
         mine.enter_excluding(other.name()).await;
     } else {
         mine.enter().await;
@@ -97,7 +115,7 @@ async fn run(clients: &[Client], observer_url: &str, mode: Mode, prefix: &str) -
         let locks = clients[i % clients.len()].clone();
         let k = i % KEYS;
         let name = format!("{prefix}-{k}");
-        let writer = mode != Mode::ReadWrite || i % 4 >= 2;
+        let writer = mode.writes(i);
         let (w, r) = probes(prefix, k);
         let (mine, other) = if writer { (w, r) } else { (r, w) };
         let mine = Observer::connect(observer_url, &mine).await;
@@ -172,7 +190,7 @@ async fn check(observer_url: &str, mode: Mode, prefix: &str) {
     for k in 0..KEYS {
         let (w, r) = probes(prefix, k);
         let writers = Observer::connect(observer_url, &w).await;
-        if mode == Mode::ReadWrite {
+        if mode.shared() {
             let readers = Observer::connect(observer_url, &r).await;
             assert_eq!(
                 writers.overlaps().await,
@@ -210,6 +228,7 @@ async fn lost_reply_tier_keeps_every_mode_safe_and_fast_with_two_percent_of_repl
         Mode::Reentrant,
         Mode::Write,
         Mode::ReadWrite,
+        Mode::ReadMostly,
     ] {
         // Clean and lossy runs alternate, so a change in the machine's load (other tests,
         // other processes) weighs on both alike.
