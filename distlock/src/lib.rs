@@ -144,6 +144,11 @@ pub use __private::{lease, Lease};
 #[path = "cli.rs"]
 pub mod __cli;
 
+// The README's Rust blocks, compiled (and run where not `no_run`) by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 // Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
 // for the corpus tests that run under `cargo test`. Not an API: hidden, unstable, may go away.
 #[cfg(any(test, feature = "fuzzing"))]
