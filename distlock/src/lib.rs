@@ -121,6 +121,8 @@ pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECOR
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
+pub mod guide;
+
 /// The `redis` crate this one is built on: [`Error::Redis`] carries its `RedisError`, so an
 /// application on another version of `redis` can still name and inspect it.
 pub use redis;
