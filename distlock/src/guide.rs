@@ -8,6 +8,8 @@
 //!   acknowledgement, fencing across failovers; the failure model and what each fault costs.
 //! * [`design`]: what a lock promises and the protocol behind it; how each mode, the wake-ups,
 //!   the local hand-off, the connections and the watchdog work; where a cycle's cost goes.
+//! * [`verification`]: each property and where it is checked, the test suite, the protocol
+//!   models, fuzzing, the examples.
 
 // The guides link to each other with Markdown reference links whose targets are the `.md`
 // files (right where the files are read); these definitions come first, so they win on
@@ -17,6 +19,7 @@ macro_rules! guide_links {
         "[operations]: crate::guide::operations\n\
          [deployments]: crate::guide::deployments\n\
          [design]: crate::guide::design\n\
+         [verification]: crate::guide::verification\n\
          [keys]: crate::guide::operations#keys\n\
          [least-privilege]: crate::guide::operations#least-privilege\n\
          [failure-model]: crate::guide::deployments#the-failure-model\n\
@@ -36,3 +39,7 @@ pub mod deployments {}
 #[doc = guide_links!()]
 #[doc = include_str!("../docs/design.md")]
 pub mod design {}
+
+#[doc = guide_links!()]
+#[doc = include_str!("../docs/verification.md")]
+pub mod verification {}
