@@ -208,7 +208,8 @@ pub use __private::{lease, Lease};
 #[path = "cli.rs"]
 pub mod __cli;
 
-// The README's Rust blocks, compiled (and run where not `no_run`) by `cargo test --doc`.
+// The README's Rust blocks, compiled (and run where not `no_run`) by `cargo test --doc`; its axum
+// handler only with the `axum` feature, which the workspace's `cargo test --doc` turns on.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
