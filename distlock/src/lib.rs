@@ -211,7 +211,7 @@ pub mod __cli;
 // The README's Rust blocks, compiled (and run where not `no_run`) by `cargo test --doc`; its axum
 // handler only with the `axum` feature, which the workspace's `cargo test --doc` turns on.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
 // Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
