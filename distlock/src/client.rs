@@ -33,7 +33,7 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
 /// acquisition connection is distlock's own, on which the calling tasks write and read the
 /// socket themselves). More connections spread many tasks' acquisitions over more sockets,
 /// but each request then shares its system calls with fewer others; on the 2-core VMs
-/// measured, 2 was never the slowest (README, Performance).
+/// measured, 2 was never the slowest (see [Connections](crate::guide::design#connections)).
 pub const DEFAULT_CONNECTIONS: usize = 2;
 /// The most connections [`ClientBuilder::connections`] accepts.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -254,7 +254,7 @@ impl Client {
     /// lock share one slot (the hash tag in the key layout), each script goes to the master
     /// of that slot, and redis-rs follows `MOVED`/`ASK` redirections and failovers. Waiters
     /// are woken through sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), heard on the lock's shard
-    /// only. See the README's "Deployments" for what a failover costs, and
+    /// only. See [the deployments guide](crate::guide::deployments) for what a failover costs, and
     /// [`ClientBuilder::replicas`] to make it unlikely to cost a held lock.
     ///
     /// ```no_run
@@ -500,8 +500,8 @@ impl ClientBuilder {
     /// the one of the task that takes the lock, so they reach the server in order as on one
     /// connection; the tasks spread over them. Many tasks locking at once then do not all
     /// queue behind one connection's reader and writer, at the price of fewer requests per
-    /// system call (the README's Performance section has the figures for 1, 2 and 4: which
-    /// wins depends on the machine). Wake-ups, renewals and inspection use the first connection, and with
+    /// system call (which wins depends on the machine: see
+    /// [Connections](crate::guide::design#connections)). Wake-ups, renewals and inspection use the first connection, and with
     /// two or more, acquisitions use the others: an acquisition never waits behind a batch
     /// of renewals, and a waiter's attempts never wait for the subscriptions' connection to
     /// come back after a loss (the waiter is told when it is back, and tries then). Each
@@ -832,8 +832,8 @@ enum Shape {
 /// one of them keeps the lock held, instead of handing it to the next caller. What it does
 /// not: `WAIT` is not strong consistency. The promoted replica may be one that did not
 /// confirm (pick `count` = all replicas to rule that out), renewals and releases are not
-/// waited for, and the master still answers other requests while it waits. See the README's
-/// "Deployments".
+/// waited for, and the master still answers other requests while it waits. See
+/// [Replica acknowledgement](crate::guide::deployments#replica-acknowledgement).
 ///
 /// Redis answers a `WAIT` only after it, so while replicas are slow or down every request
 /// of this client to that master waits behind it for up to `timeout`: keep the timeout far

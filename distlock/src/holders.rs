@@ -9,8 +9,8 @@
 //! and this description, 41 or 42 bytes: at most 44 bytes Redis keeps a string in one
 //! allocation with its header, and every byte of the value is copied, compared and sent back
 //! on every acquisition and release. The full description (about 120 bytes) cost the server
-//! about 2,800 instructions per uncontended cycle, a tenth of its work (see the README, "The
-//! release's work on the server").
+//! about 2,800 instructions per uncontended cycle, a tenth of its work (see
+//! examples/bench/RESULTS.md and the CHANGELOG's performance history).
 //!
 //! The record is written before a site's first hold on each server (one round trip per site,
 //! client and server), and written again in the background once a minute at most while the

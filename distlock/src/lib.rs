@@ -1,62 +1,122 @@
-//! Distributed locks on Redis.
+//! Distributed locks on Redis for async Rust services: exclusive, reentrant, read/write and
+//! Redlock locks with fencing tokens, lease renewal and wake-up on release, by hand or as an
+//! attribute on an `async fn`.
+//!
+//! ```sh
+//! cargo add distlock
+//! cargo add tokio --features rt-multi-thread,macros
+//! ```
+//!
+//! distlock runs on Tokio (a multi-thread or a current-thread runtime). Minimum Rust version:
+//! 1.88. Redis: 7.0 or later (see [the deployments guide](guide::deployments)).
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), distlock::Error> {
 //! use std::time::Duration;
 //!
-//! let locks = distlock::Client::connect("redis://127.0.0.1:6379").await?;
-//! let guard = locks
-//!     .lock("order:42")
-//!     .ttl(Duration::from_secs(10))
-//!     .wait(Duration::from_secs(2))
-//!     .fencing(true) // optional: a fencing token for the resource the lock protects
-//!     .acquire()
-//!     .await?;
-//! println!("holding {} with fencing token {:?}", guard.name(), guard.fencing_token());
-//! guard.release().await?;
-//! # Ok(()) }
+//! use distlock::{Client, Error};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let locks = Client::connect("redis://127.0.0.1:6379").await?;
+//!
+//!     let request = locks
+//!         .lock("invoice:7") // the lock name
+//!         .ttl(Duration::from_secs(10)) // the lease, renewed every ttl/3 while held
+//!         .wait(Duration::from_secs(2)); // how long to wait for a busy lock
+//!     match request.acquire().await {
+//!         Ok(guard) => {
+//!             // ... the work the lock protects ...
+//!             guard.release().await?;
+//!         }
+//!         Err(Error::Busy { .. } | Error::Timeout { .. }) => println!("someone else is on it"),
+//!         Err(e) if e.is_transient() => println!("Redis unreachable, nothing ran: {e}"),
+//!         Err(e) => return Err(e.into()),
+//!     }
+//!     Ok(())
+//! }
 //! ```
 //!
-//! With the attributes, the same lock around a whole `async fn` (the key's `<id>` names a
-//! parameter and is checked at compile time; the fn's error type takes `From<distlock::Error>`):
+//! With the attributes, the same lock around a whole `async fn`. The key template's `<id>`
+//! names a parameter, checked at compile time, and each call renders it into the lock name;
+//! the fn's error type takes `From<distlock::Error>`, and the client is the one given to
+//! [`set_default`] unless `client = ..` names one:
 //!
-//! ```ignore
-//! #[distlock::distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s")]
-//! async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> { /* ... */ }
+//! ```no_run
+//! use distlock::distributed_lock;
+//!
+//! enum AppError {
+//!     Lock(distlock::Error),
+//! }
+//!
+//! impl From<distlock::Error> for AppError {
+//!     fn from(e: distlock::Error) -> Self {
+//!         AppError::Lock(e)
+//!     }
+//! }
+//!
+//! /// At most one payment per order at a time, across every process.
+//! #[distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s")]
+//! async fn pay(id: u64, amount: u64) -> Result<(), AppError> {
+//!     // ... charge `amount` for order `id` ...
+//!     Ok(())
+//! }
 //! ```
+//!
+//! # Feature flags
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs (rustls; webpki roots, or your CA through [`ClientBuilder::tls_root_certificate`](ClientBuilder)) |
+//! | `metrics` | lock metrics through the `metrics` facade ([the names](guide::operations#metrics)) |
+//! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] |
+//! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
 //!
 //! # Modes
 //!
-//! * [`Client::lock`]: `setnx`, the lock of seeds 000-003 done right: `SET key token NX PX ttl`
-//!   with 126 random bits per acquisition (one plain command unless a fencing token is asked
-//!   for; a caller that does not wait adds `GET`, Redis 7.0 or later, to learn who holds
-//!   it); release and extension check the token atomically.
-//!   The same task asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
-//! * [`Client::reentrant`]: a hash of owner -> hold count (seeds 002, 003), owned by the Tokio
-//!   task (see [`LockContext`]); nested acquisitions in one task re-enter.
-//! * [`Client::read`] / [`Client::write`]: a read/write lock (seed 004, without its flaws):
-//!   many readers or one writer, per task and reentrant, in one hash per name. Each reader's
-//!   lease expires on its own (server time), so a crashed reader blocks writers only until its
-//!   own ttl; a waiting writer keeps new readers out, so readers cannot starve it; a writer may
-//!   downgrade to read, and a reader asking to upgrade gets [`Error::Upgrade`] at once.
-//! * [`Client::quorum`]: Redlock (seed 000) over N independent masters: [`Client::lock`] on
-//!   such a client needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
+//! * [`Client::lock`]: an exclusive lock, the classic Redis lock done right:
+//!   `SET key token NX PX ttl` with 126 random bits per acquisition (one plain command unless a
+//!   fencing token is asked for; a caller that does not wait adds `GET`, Redis 7.0 or later, to
+//!   learn who holds it); release and extension check the token atomically. The same task
+//!   asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
+//! * [`Client::reentrant`]: an exclusive lock owned by the Tokio task (see [`LockContext`]):
+//!   nested acquisitions in one task re-enter; one hash per lock with its owner and a field per
+//!   live acquisition.
+//! * [`Client::read`] / [`Client::write`]: a read/write lock: many readers or one writer, per
+//!   task and reentrant, in one hash per lock name. Each reader's lease expires on its own
+//!   (server time), so a crashed reader blocks writers only until its own ttl; a waiting writer
+//!   keeps new readers out, so readers cannot starve it; a writer may downgrade to read, and a
+//!   reader asking to upgrade gets [`Error::Upgrade`] at once.
+//! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
+//!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
+//!
+//! How each works: [the design guide](guide::design).
 //!
 //! # Deployments
 //!
 //! [`Client::connect`] (one node), [`Client::sentinel`] (the master Sentinel names, followed
-//! across failovers), [`Client::cluster`] (Redis Cluster: every lock's keys in one slot,
+//! across failovers), [`Client::cluster`] (Redis Cluster: every lock's Redis keys in one slot,
 //! sharded pub/sub wake-ups) and [`Client::quorum`] (Redlock). On Sentinel and Cluster,
 //! replication is asynchronous: [`ClientBuilder::replicas`] / [`LockRequest::replicas`]
 //! make each acquisition wait for replicas to confirm it ([`Replicas`] says what that does
-//! and does not promise).
+//! and does not promise). What each deployment keeps through a failure:
+//! [the deployments guide](guide::deployments).
 //!
 //! Every mode shares one acquire loop, one wake-up mechanism (waiters sleep until a release is
 //! published, capped by the holder's remaining lease), one watchdog (renews held leases in one
 //! pipeline per node per tick; a lease that cannot be renewed is reported **lost** through
 //! [`Guard::is_held`] and [`Guard::lost`]) and fencing tokens ([`Guard::fencing_token`], minted
 //! only for acquisitions that ask: [`LockRequest::fencing`]).
-
+//!
+//! # Errors
+//!
+//! Every failure is an [`Error`], whose predicates say what a caller can do:
+//! [`is_contended`](Error::is_contended) (someone else holds the lock; nothing ran),
+//! [`is_transient`](Error::is_transient) (Redis unreachable; nothing ran),
+//! [`is_outcome_unknown`](Error::is_outcome_unknown) (the lease was lost while the work ran: do
+//! not repeat it blindly), and [`http_status`](Error::http_status) maps them to HTTP. A locked fn
+//! whose body returned `Ok` after its lease was lost returns [`Error::LeaseLost`]: `Ok` from a
+//! locked fn means it ran to its end under the lock.
+//!
 //! # What a lock promises
 //!
 //! While [`Guard::is_held`] is true, no other owner holds the lock, provided the Redis server
@@ -76,14 +136,16 @@
 //!
 //! # Keys
 //!
-//! A lock named `order:42` lives at `distlock:{order:42}` (the prefix is configurable), with a
-//! fencing counter (written only by acquisitions that ask for a token) at
-//! `distlock:{order:42}:fence` in the same Redis Cluster slot. A name that
-//! already carries a hash tag (`order:{42}`) keeps it. Names must be non-empty UTF-8, at most
-//! 8 KiB by default. Each process that takes locks also keeps a small record at
-//! `distlock:{<tag>}:process` (host, pid, call sites), which the short holder description
-//! stored with each hold points to, for [`Client::inspect`]; it expires a day after its last
-//! write.
+//! Each lock name maps to Redis keys under the client's prefix (`distlock` by default), all in
+//! one Redis Cluster slot. Lock names must be non-empty UTF-8, at most 8 KiB by default. The
+//! Redis keys, what each holds and how long it lives: [Keys](guide::operations#keys).
+//!
+//! # Guides
+//!
+//! [Operations](guide::operations) (traces, metrics, inspection, the CLI, least privilege,
+//! keys, scheduled jobs), [Deployments](guide::deployments) (and the failure model),
+//! [Design](guide::design), [Verification](guide::verification). The attributes' arguments:
+//! [`distributed_lock`].
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -121,6 +183,8 @@ pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECOR
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
 
+pub mod guide;
+
 /// The error of the `redis` crate this one is built on, which [`Error::Redis`] carries: named
 /// here so that an application using another version of `redis` (or none) can still name it.
 /// (Only this type: re-exporting the whole `redis` crate would make the compiler spell common
@@ -145,6 +209,12 @@ pub use __private::{lease, Lease};
 #[doc(hidden)]
 #[path = "cli.rs"]
 pub mod __cli;
+
+// The README's Rust blocks, compiled (and run where not `no_run`) by `cargo test --doc`; its axum
+// handler only with the `axum` feature, which the workspace's `cargo test --doc` turns on.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 // Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
 // for the corpus tests that run under `cargo test`. Not an API: hidden, unstable, may go away.

@@ -119,8 +119,8 @@ impl<'c> LockRequest<'c> {
     /// It costs the server work on every acquisition: the lock is taken by a script that
     /// also increments the lock's counter (`<key>:fence`, same slot), where an acquisition
     /// without fencing is one plain `SET key value NX PX ttl` (setnx) or a script that
-    /// skips the counter (the other modes). The README's Performance section gives the
-    /// figures. A read lock's token is the token of the latest fenced write (see
+    /// skips the counter (the other modes). [What it costs](crate::guide::design#fencing-tokens)
+    /// gives the figures. A read lock's token is the token of the latest fenced write (see
     /// [`Client::read`]); a re-entry keeps its tenure's token, and a re-entry that asks for
     /// fencing in a tenure taken without it mints the tenure's token then. A fenced request
     /// is never handed a hold by a local holder (see

@@ -10,8 +10,8 @@ use crate::holders::{self, Site, ALPHABET};
 pub(crate) const TOKEN_LEN: usize = 21;
 
 /// 126 random bits as 21 characters of URL-safe base 64, appended to `s`: a fresh owner token
-/// for one acquisition, so a release or extension can prove it is the holder (seeds 000-003:
-/// the value is a random UUID, which has 122).
+/// for one acquisition, so a release or extension can prove it is the holder (the usual
+/// value is a random UUID, which has 122).
 fn push_owner_token(s: &mut String) {
     let bits = rand::rng().random::<u128>();
     let mut chars = [0u8; TOKEN_LEN];

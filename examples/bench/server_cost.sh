@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions redis-server spends per call (callgrind: exact and repeatable, unlike timings on
-# a shared VM), for the README's "The release's work on the server" and "Targets at the line".
+# a shared VM), for examples/bench/RESULTS.md, "Other measurements" (earlier runs: CHANGELOG.md).
 #
 #   bash examples/bench/server_cost.sh
 #

@@ -1,4 +1,4 @@
-//! The servers a client locks on, and the Redlock quorum over them (seed 000, seed 003).
+//! The servers a client locks on, and the Redlock quorum over them.
 //!
 //! A single-node client is the case N = 1, quorum 1. With N independent masters a lock needs
 //! a majority (N/2 + 1). The per-node work is the mode's own scripts, unchanged; this layer

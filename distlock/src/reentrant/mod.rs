@@ -1,5 +1,5 @@
-//! The reentrant lock of seed 002 (hash + Lua) and seed 003 (Redisson): one hash per lock
-//! holding `owner -> hold count`, one expiry for the whole hash.
+//! The reentrant lock (a hash and Lua scripts, as in Redisson): one hash per lock holding its
+//! owner and a field per live acquisition, one expiry for the whole hash.
 //!
 //! The owner is the client id plus the current [`LockContext`](crate::LockContext) (the Tokio
 //! task, not the thread: Redisson keys owners by thread id, which async code does not have).

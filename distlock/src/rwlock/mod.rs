@@ -1,4 +1,4 @@
-//! The read/write lock of seed 004, without its flaws: any number of readers, or one writer.
+//! A read/write lock without the flaws of the common Redis designs: many readers, or one writer.
 //!
 //! # Data
 //!
@@ -19,7 +19,7 @@
 //! reentrant lock, so one task re-enters and every other task (in any process) is another
 //! owner. Expiry times come from `TIME` inside the scripts, never from a client clock.
 //!
-//! # What seed 004 got wrong, and what this does instead
+//! # What the common designs get wrong, and what this does instead
 //!
 //! * **Each reader's lease is its own.** A single expiry for the whole hash would let a
 //!   crashed reader's share live on as long as any other reader renews, blocking writers
@@ -27,9 +27,9 @@
 //!   dead reader blocks a writer until its own ttl at most. The key's `PEXPIRE` follows the
 //!   latest live lease, so an abandoned lock still disappears without any script running.
 //! * **Releasing one reader never releases another**: releases and renewals touch only the
-//!   caller's own fields (seed 004's cluster variant kept a single `read` timestamp that any
+//!   caller's own fields (a common cluster design keeps a single `read` timestamp that any
 //!   reader could delete).
-//! * **Writers are not starved** (seed 004 and Redisson's read/write lock let a stream of
+//! * **Writers are not starved** (the common designs and Redisson's read/write lock let a stream of
 //!   readers keep a writer out forever). See the policy below.
 //!
 //! # Writer preference

@@ -1,7 +1,7 @@
-//! The `setnx` lock of seeds 000-003, done right: `SET key token NX PX ttl` with a fresh
-//! 128-bit token per acquisition; release and extension only while the stored token is ours.
+//! The `setnx` lock, the classic Redis lock done right: `SET key token NX PX ttl` with a fresh
+//! 126-bit token per acquisition; release and extension only while the stored token is ours.
 //!
-//! Unlike seed 001's `SETNX` + `GETSET` scheme, no client clock value is ever written: the
+//! Unlike the old `SETNX` + `GETSET` scheme, no client clock value is ever written: the
 //! expiry is Redis's own `PX`, so client clocks need not agree.
 
 use std::sync::LazyLock;
