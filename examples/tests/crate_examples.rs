@@ -1,0 +1,174 @@
+//! The examples users find with `cargo run -p distlock --example <name>` (distlock/examples/),
+//! each run as a user would run it, against servers the test kit starts. They are built by
+//! `cargo test --all-targets` (tests/run.sh); run alone, this test asks for them to be built.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use distlock_testkit::{RedisServer, RedisServers};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::TcpStream;
+use tokio::process::{Child, ChildStdout, Command};
+
+/// How long an example may take to print what the test waits for: far more than it needs.
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<this test> -> target/<profile>/examples/<name>
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: cargo build -p distlock --examples --features axum",
+        path.display()
+    );
+    path
+}
+
+async fn run_to_end(name: &str, env: &[(&str, String)]) -> String {
+    let out = tokio::time::timeout(
+        LIMIT,
+        Command::new(example(name))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name} did not finish"))
+    .expect("run the example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Starts a long-running example; its stdout, line by line.
+fn start(name: &str, env: &[(&str, String)]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(example(name))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the example");
+    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, lines)
+}
+
+async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .expect("the example printed nothing more")
+        .expect("read stdout")
+        .expect("the example ended early")
+}
+
+/// Ctrl-C, as a user stops it; it must end cleanly.
+async fn interrupt(mut child: Child) {
+    let pid = child.id().expect("running") as i32;
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("the example did not stop on Ctrl-C")
+        .expect("wait");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn lock_by_hand() {
+    let server = RedisServer::start();
+    let out = run_to_end("lock_by_hand", &[("REDIS_URL", server.url())]).await;
+    assert!(out.contains("with fencing token"), "{out}");
+    assert!(out.contains("a second client finds it busy"), "{out}");
+    assert!(out.contains("released"), "{out}");
+}
+
+#[tokio::test]
+async fn read_write() {
+    let server = RedisServer::start();
+    let out = run_to_end("read_write", &[("REDIS_URL", server.url())]).await;
+    assert_eq!(out.matches(": writing").count(), 2, "{out}");
+    assert_eq!(out.matches(": reading").count(), 4, "{out}");
+    assert!(out.contains("downgraded"), "{out}");
+}
+
+#[tokio::test]
+async fn quorum() {
+    let servers = RedisServers::start(3);
+    let out = run_to_end("quorum", &[("REDIS_URLS", servers.urls().join(","))]).await;
+    assert!(
+        out.contains("holding payout:7 on a majority, fencing token Some("),
+        "{out}"
+    );
+    assert!(out.contains("released on every node"), "{out}");
+}
+
+#[tokio::test]
+async fn scheduled_job_runs_once_per_period_across_instances() {
+    let server = RedisServer::start();
+    let env = [("REDIS_URL", server.url())];
+    let (first, mut first_out) = start("scheduled_job", &env);
+    assert_eq!(next_line(&mut first_out).await, "ran the report");
+    // A second instance started within the period skips it.
+    let (second, mut second_out) = start("scheduled_job", &env);
+    assert_eq!(
+        next_line(&mut second_out).await,
+        "skipped: another instance has it"
+    );
+    interrupt(first).await;
+    interrupt(second).await;
+}
+
+#[tokio::test]
+async fn axum_service() {
+    let server = RedisServer::start();
+    let env = [
+        ("REDIS_URL", server.url()),
+        ("ADDR", "127.0.0.1:0".to_owned()),
+    ];
+    let (service, mut out) = start("axum_service", &env);
+    let first = next_line(&mut out).await;
+    let addr = first
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    assert_eq!(
+        http(&addr, "POST", "/accounts/7/deposit", "5").await,
+        (200, "5".into())
+    );
+    assert_eq!(
+        http(&addr, "POST", "/accounts/7/deposit", "3").await,
+        (200, "8".into())
+    );
+    assert_eq!(
+        http(&addr, "GET", "/accounts/7", "").await,
+        (200, "8".into())
+    );
+    interrupt(service).await;
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: the status and the body.
+async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("receive");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a header");
+    let status = head.split_whitespace().nth(1).expect("a status");
+    (status.parse().expect("a number"), body.to_owned())
+}
