@@ -6,9 +6,14 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock (its channel and waited-for mark derived from it) | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
+//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | release | lock (its string is its channel), then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
+//!
+//! Every key a script touches is one of its KEYS (Redis Cluster and ACL key patterns rely on
+//! the declaration), and a key it does not touch on a call is not sent: each argument costs
+//! the server work on every call (see `setnx/release.lua`). Keys come from [`LockKey`], whose
+//! layout keeps them all in one slot.
 //!
 //! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
 //! once per acquisition), not only the owner. That makes each call idempotent, so a call whose
@@ -27,7 +32,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, Op};
-use crate::key::LockKey;
+use crate::key::{Kind, LockKey};
 
 /// Which acquisition a call is about: the owner (the setnx token, or client id : context for
 /// the modes that re-enter) and the acquisition's nonce (empty for setnx, whose token is
@@ -60,6 +65,10 @@ pub(crate) struct Algorithm {
     /// Without fencing, the acquire is the plain `SET key value NX PX ttl [GET]` rather than
     /// the script (setnx: the value alone is the lock).
     pub(crate) plain_acquire: bool,
+    /// A waiter's busy attempt marks the lock as waited for ([`Kind::Waited`]), and only a
+    /// release that finds the mark publishes (setnx); the other modes publish on every
+    /// release and have no mark.
+    pub(crate) waited_mark: bool,
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
     pub(crate) extend: Lua,
@@ -101,6 +110,22 @@ pub(crate) enum OwnerKind {
     Token,
     /// Client id plus the current [`LockContext`](crate::LockContext): the same task re-enters.
     Context,
+}
+
+/// What one server was found to refuse, learnt from its answers and kept per server (a node of
+/// a quorum, or the one deployment): another server of the same process may well be newer.
+#[derive(Debug, Default)]
+pub(crate) struct ServerQuirks {
+    /// The server refused `SET .. NX .. GET` (Redis before 7.0): setnx locks for callers that
+    /// do not wait are taken there with the acquire script, which needs no newer server.
+    set_nx_get_refused: AtomicBool,
+}
+
+impl ServerQuirks {
+    /// True once the server refused `SET .. NX .. GET`.
+    pub(crate) fn refuses_set_nx_get(&self) -> bool {
+        self.set_nx_get_refused.load(Ordering::Relaxed)
+    }
 }
 
 /// The answer to one acquire attempt.
@@ -155,18 +180,18 @@ impl Algorithm {
     /// else's, so that a busy lock costs one round trip; the rare answers that need more are
     /// settled by a follow-up, see [`send_acquire`](Self::send_acquire). `GET` costs the
     /// server about 900 instructions per acquisition (callgrind), a waiter has no use for
-    /// it. Every other case runs the mode's acquire script.
+    /// it. Every other case runs the mode's acquire script, as does every call where the
+    /// server refused `GET` before (`get_refused`, see [`ServerQuirks`]).
     pub(crate) fn acquire_cmd<'a>(
         &self,
         key: &'a LockKey,
         id: &'a HoldId,
         ttl_ms: u64,
         ask: Ask,
+        get_refused: bool,
     ) -> AcquireCall<'a> {
         let get = !ask.waits;
-        let plain = self.plain_acquire
-            && !ask.fencing
-            && !(get && SET_NX_GET_REFUSED.load(Ordering::Relaxed));
+        let plain = self.plain_acquire && !ask.fencing && !(get && get_refused);
         let cmd = if plain {
             let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
             cmd.arg("SET")
@@ -196,11 +221,24 @@ impl Algorithm {
     /// The acquire script's call (see the table above).
     fn acquire_script_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64, ask: Ask) -> Cmd {
         let flag = |on: bool| if on { "1" } else { "0" };
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 36;
-        let mut cmd = evalsha(&self.acquire, 2, 9 + usize::from(ask.waits), bytes);
-        cmd.arg(key.lock())
-            .arg(key.fence_arg())
-            .arg(&*id.owner)
+        let marks = ask.waits && self.waited_mark;
+        let keys = 1 + usize::from(ask.fencing) + usize::from(marks);
+        let bytes =
+            keys * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
+        let mut cmd = evalsha(
+            &self.acquire,
+            keys,
+            keys + 7 + usize::from(ask.waits),
+            bytes,
+        );
+        cmd.arg(key.lock());
+        if ask.fencing {
+            cmd.arg(key.helper_arg(Kind::Fence));
+        }
+        if marks {
+            cmd.arg(key.helper_arg(Kind::Waited));
+        }
+        cmd.arg(&*id.owner)
             .arg(ttl_ms)
             .arg(flag(ask.unsure))
             .arg(flag(ask.want_holder_ttl))
@@ -233,6 +271,7 @@ impl Algorithm {
         &self,
         conn: &mut C,
         call: &AcquireCall<'_>,
+        server: &ServerQuirks,
     ) -> Result<Attempt, Error> {
         let key = call.key;
         if !call.plain {
@@ -249,7 +288,7 @@ impl Algorithm {
             }
             // A server older than 7.0 refuses NX with GET: its script does the same work.
             Err(e) if is_syntax_error(&e) => {
-                SET_NX_GET_REFUSED.store(true, Ordering::Relaxed);
+                server.set_nx_get_refused.store(true, Ordering::Relaxed);
                 return Box::pin(self.settle_by_script(conn, call, false)).await;
             }
             Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
@@ -307,17 +346,18 @@ impl Algorithm {
         parse_acquire(self.name, call.key, reply)
     }
 
-    /// One acquire attempt on one connection.
+    /// One acquire attempt on one connection to `server`.
     pub(crate) async fn try_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
+        server: &ServerQuirks,
         key: &LockKey,
         id: &HoldId,
         ttl_ms: u64,
         ask: Ask,
     ) -> Result<Attempt, Error> {
-        let call = self.acquire_cmd(key, id, ttl_ms, ask);
-        self.send_acquire(conn, &call).await
+        let call = self.acquire_cmd(key, id, ttl_ms, ask, server.refuses_set_nx_get());
+        self.send_acquire(conn, &call, server).await
     }
 
     /// One acquire attempt followed by `WAIT count timeout` in one pipeline: both travel on
@@ -430,9 +470,13 @@ impl Algorithm {
             .iter()
             .rposition(|a| !a.is_empty())
             .map_or(0, |i| i + 1);
-        let bytes = key.lock().len() + args.iter().map(|a| a.len()).sum::<usize>();
-        let mut cmd = evalsha(&self.release, 1, 1 + sent, bytes);
+        let keys = 1 + usize::from(self.waited_mark);
+        let bytes = keys * (key.lock().len() + 8) + args.iter().map(|a| a.len()).sum::<usize>();
+        let mut cmd = evalsha(&self.release, keys, keys + sent, bytes);
         cmd.arg(key.lock());
+        if self.waited_mark {
+            cmd.arg(key.helper_arg(Kind::Waited));
+        }
         for arg in &args[..sent] {
             cmd.arg(*arg);
         }
@@ -611,16 +655,11 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// True for Redis's WRONGTYPE error: the key holds a value of another type.
-/// Set once a server refused `SET .. NX .. GET` (Redis before 7.0): from then on this process
-/// takes setnx locks for callers that do not wait with the acquire script, which needs no
-/// newer server (waiters send no `GET`).
-static SET_NX_GET_REFUSED: AtomicBool = AtomicBool::new(false);
-
 fn is_syntax_error(e: &redis::RedisError) -> bool {
     e.to_string().contains("syntax error")
 }
 
+/// True for Redis's WRONGTYPE error: the key holds a value of another type.
 fn is_wrong_type(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE")
 }
@@ -671,21 +710,85 @@ mod tests {
         }
     }
 
+    fn ask(waits: bool, fencing: bool) -> Ask {
+        Ask {
+            unsure: false,
+            want_holder_ttl: true,
+            waits,
+            fencing,
+        }
+    }
+
+    /// The KEYS of a script call: what `numkeys` says, and those arguments.
+    fn declared(cmd: &Cmd) -> Vec<Vec<u8>> {
+        let all = args(cmd);
+        let n: usize = std::str::from_utf8(&all[0]).unwrap().parse().unwrap();
+        all[1..=n].to_vec()
+    }
+
     #[test]
     fn only_a_waiting_acquire_sends_the_waits_flag() {
         let setnx = &crate::setnx::SETNX;
         let key = LockKey::new("p", b"k", 64).unwrap();
-        let ask = |waits| Ask {
-            unsure: false,
-            want_holder_ttl: true,
-            waits,
-            fencing: false,
-        };
-        let once = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(false)));
-        assert_eq!(once.len(), 1 + 2 + 7, "{once:?}");
-        let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true)));
-        assert_eq!(waiting[..once.len()], once[..]);
-        assert_eq!(waiting[once.len()..], [b"1".to_vec()]);
+        let once = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(false, false)));
+        assert_eq!(once.len(), 1 + 1 + 7, "{once:?}");
+        let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true, false)));
+        assert_eq!(waiting.len(), once.len() + 2, "{waiting:?}");
+        assert_eq!(waiting.last(), Some(&b"1".to_vec()));
+    }
+
+    /// Every key a script touches on a call is declared, and only those: the fencing counter
+    /// when fencing, a setnx lock's waited-for mark when the caller waits (the acquire) and
+    /// always for its release (which deletes the mark with the lock).
+    #[test]
+    fn script_calls_declare_exactly_the_keys_they_touch() {
+        let key = LockKey::new("p", b"k", 64).unwrap();
+        let (lock, fence, waited) = (
+            key.lock().to_vec(),
+            key.helper(Kind::Fence),
+            key.helper(Kind::Waited),
+        );
+        let setnx = &crate::setnx::SETNX;
+        for (waits, fencing, expected) in [
+            (false, false, vec![lock.clone()]),
+            (false, true, vec![lock.clone(), fence.clone()]),
+            (true, false, vec![lock.clone(), waited.clone()]),
+            (
+                true,
+                true,
+                vec![lock.clone(), fence.clone(), waited.clone()],
+            ),
+        ] {
+            let cmd = setnx.acquire_script_cmd(&key, &id(""), 1000, ask(waits, fencing));
+            assert_eq!(declared(&cmd), expected, "waits {waits}, fencing {fencing}");
+        }
+        let release = setnx.release_cmd(&key, &id(""), "", false, false);
+        assert_eq!(declared(&release), [lock.clone(), waited]);
+        for mode in [
+            &*crate::reentrant::REENTRANT,
+            &*crate::rwlock::READ,
+            &*crate::rwlock::WRITE,
+        ] {
+            for waits in [false, true] {
+                let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
+                assert_eq!(declared(&cmd), [&lock[..]], "{}", mode.name);
+                let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, true));
+                assert_eq!(
+                    declared(&cmd),
+                    [lock.clone(), fence.clone()],
+                    "{}",
+                    mode.name
+                );
+            }
+            let release = mode.release_cmd(&key, &id("n"), "", true, false);
+            assert_eq!(declared(&release), [&lock[..]], "{}", mode.name);
+        }
+        for mode in [&*crate::setnx::SETNX, &*crate::reentrant::REENTRANT] {
+            assert_eq!(
+                declared(&mode.extend_cmd(&key, &id("n"), 1000)),
+                [&lock[..]]
+            );
+        }
     }
 
     #[test]
@@ -693,14 +796,8 @@ mod tests {
         let setnx = &crate::setnx::SETNX;
         let key = LockKey::new("p", b"k", 64).unwrap();
         let id = id("");
-        let ask = |waits| Ask {
-            unsure: false,
-            want_holder_ttl: true,
-            waits,
-            fencing: false,
-        };
         let words = |waits| -> Vec<Vec<u8>> {
-            let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits));
+            let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits, false), false);
             assert!(call.plain && call.get != waits);
             call.cmd
                 .args_iter()
@@ -714,25 +811,35 @@ mod tests {
         assert_eq!(words(true), set);
         assert_eq!(words(false)[..6], set);
         assert_eq!(words(false)[6..], [b"GET".to_vec()]);
+        // A server that refused `GET` gets the script from a caller that does not wait; a
+        // waiter's plain `SET .. NX PX` needs no `GET` and goes on as before.
+        assert!(
+            !setnx
+                .acquire_cmd(&key, &id, 1000, ask(false, false), true)
+                .plain
+        );
+        assert!(
+            setnx
+                .acquire_cmd(&key, &id, 1000, ask(true, false), true)
+                .plain
+        );
     }
 
     #[test]
     fn a_release_leaves_off_its_trailing_empty_arguments_only() {
         let setnx = &crate::setnx::SETNX;
         let key = LockKey::new("p", b"k", 64).unwrap();
+        let keys = [&b"2"[..], b"p:{k}", b"p:#waited:{k}"];
+        let with = |rest: &[&[u8]]| -> Vec<Vec<u8>> {
+            keys.iter().chain(rest).map(|a| a.to_vec()).collect()
+        };
         let plain = setnx.release_cmd(&key, &id(""), "", false, false);
-        assert_eq!(args(&plain), [&b"1"[..], b"p:{k}", b"t0k3n"]);
+        assert_eq!(args(&plain), with(&[b"t0k3n"]));
         let listening = setnx.release_cmd(&key, &id(""), "", false, true);
-        assert_eq!(
-            args(&listening),
-            [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"", b"", b"1"]
-        );
+        assert_eq!(args(&listening), with(&[b"t0k3n", b"", b"", b"", b"1"]));
         let quorum = setnx.release_cmd(&key, &id(""), "w1", false, false);
-        assert_eq!(args(&quorum), [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"w1"]);
+        assert_eq!(args(&quorum), with(&[b"t0k3n", b"", b"w1"]));
         let sharded = setnx.release_cmd(&key, &id("n"), "", true, false);
-        assert_eq!(
-            args(&sharded),
-            [&b"1"[..], b"p:{k}", b"t0k3n", b"n", b"", b"s"]
-        );
+        assert_eq!(args(&sharded), with(&[b"t0k3n", b"n", b"", b"s"]));
     }
 }
