@@ -76,14 +76,28 @@
 //!
 //! # Keys
 //!
-//! A lock named `order:42` lives at `distlock:{order:42}` (the prefix is configurable), with a
-//! fencing counter (written only by acquisitions that ask for a token) at
-//! `distlock:{order:42}:fence` in the same Redis Cluster slot. A name that
-//! already carries a hash tag (`order:{42}`) keeps it. Names must be non-empty UTF-8, at most
-//! 8 KiB by default. Each process that takes locks also keeps a small record at
-//! `distlock:{<tag>}:process` (host, pid, call sites), which the short holder description
-//! stored with each hold points to, for [`Client::inspect`]; it expires a day after its last
-//! write.
+//! A lock named `order:42` lives at `distlock:{order:42}` (the prefix is configurable:
+//! [`ClientBuilder::prefix`]); the keys kept beside it share its Redis Cluster slot. A name
+//! may contain any UTF-8 text, non-empty and at most 8 KiB by default
+//! ([`ClientBuilder::max_key_len`]), braces, `#` and suffixes such as `:fence` included: names
+//! come from request data, so no name reaches another name's lock, a key kept beside any lock,
+//! a process's record or another lock's wake-up channel, whatever it spells. A name that
+//! carries a Redis Cluster hash tag keeps it and so chooses its slot: `order:{42}` lives at
+//! `distlock:order:{42}`, in one slot with `payment:{42}`; one that starts with a brace is
+//! written apart (`{order:42}` is another lock, at `distlock:#{order:42}`). The README's "Keys"
+//! gives the whole layout, and `key.rs` why it is injective.
+//!
+//! Every key the library writes expires:
+//!
+//! | key | at, for `order:42` | lives |
+//! |---|---|---|
+//! | the lock | `distlock:{order:42}` | its lease, renewed while held; deleted at the release |
+//! | a setnx lock's waited-for mark (set by a waiter, so that the release publishes) | `distlock:#waited:{order:42}` | what was left of the holder's lease when the waiter found it busy; deleted with the lock |
+//! | the fencing counter (only for acquisitions that ask for a token) | `distlock:#fence:{order:42}` | 24 hours after its last use: tokens never go below the server clock in microseconds, so a counter that expired still issues larger ones |
+//! | the last forced unlock ([`Client::force_unlock`]) | `distlock:#forced:{order:42}` | [`FORCED_RECORD_KEPT`] (7 days) |
+//! | each process's record (host, pid, call sites; [`Client::inspect`] reads it) | `distlock:#process:{<tag>}` | 24 hours after its last write (rewritten at most once a minute while the process locks or renews) |
+//!
+//! A lock's wake-up channel is its key's string.
 #![warn(missing_docs)]
 
 mod algorithm;

@@ -213,7 +213,7 @@ async fn the_binary_serves_locked_handlers() {
     );
     // The handlers locked through this Redis: the deposit drew the first fencing token.
     let fence: Option<u64> = redis::cmd("GET")
-        .arg("distlock:{account:1}:fence")
+        .arg("distlock:#fence:{account:1}")
         .query_async(&mut server.async_connection().await)
         .await
         .expect("GET");
