@@ -233,6 +233,53 @@ async fn every_key_of_a_lock_stays_in_one_slot_on_a_cluster() {
     }
 }
 
+/// A forced unlock on a Cluster wakes the waiters, which listen on sharded pub/sub there.
+/// Failed on the code whose forced unlock sent a plain `PUBLISH`: the waiter slept until its
+/// wait ran out, the holder's lease being longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_on_a_cluster_wakes_the_waiters() {
+    let cluster = RedisCluster::start_with(3, 0, 5000);
+    let locks = Client::cluster(cluster.urls()).await.expect("connect");
+    let held = locks
+        .lock("stuck")
+        .ttl(Duration::from_secs(60))
+        .try_acquire()
+        .await
+        .expect("free");
+    let waiters = Client::cluster(cluster.urls()).await.expect("connect");
+    let waiter = tokio::spawn(async move {
+        waiters
+            .lock("stuck")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let master = cluster.master_of_slot(RedisCluster::slot_of(b"distlock:{stuck}"));
+    let parked = wait_until_async(EVENT_LIMIT, || async {
+        let channels: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+            .arg("SHARDCHANNELS")
+            .query_async(&mut cluster.server(master).async_connection().await)
+            .await
+            .expect("PUBSUB SHARDCHANNELS");
+        !channels.is_empty()
+    })
+    .await;
+    assert!(parked, "the waiter listens on its shard");
+    let forced = std::time::Instant::now();
+    assert!(locks.force_unlock("stuck", "test").await.expect("force"));
+    let g = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let woken = forced.elapsed();
+    assert!(
+        woken < EVENT_LIMIT,
+        "woken {woken:?} after the forced unlock"
+    );
+    g.release().await.expect("release");
+    drop(held);
+}
+
 /// Every key the library writes has a bounded lifetime: locks, waited-for marks, fencing
 /// counters (failed on the code that kept them for ever: a service locking `order:<id>` with
 /// fencing grew Redis by one key per order), forced-unlock records and process records.
