@@ -5,7 +5,8 @@
 //! per process), the number of the call site in that process, and the time it was taken (unix
 //! ms), both in base 36. What the tag and the number stand for (host, pid, the locked fn or the
 //! `file:line` of the call) is written once per process and server to the process's record,
-//! the hash `<prefix>:{<tag>}:process`, not with every hold. A setnx lock's value is its token
+//! the hash `<prefix>:#process:{<tag>}` (see `key.rs`: no lock name reaches it), not with
+//! every hold. A setnx lock's value is its token
 //! and this description, 41 or 42 bytes: at most 44 bytes Redis keeps a string in one
 //! allocation with its header, and every byte of the value is copied, compared and sent back
 //! on every acquisition and release. The full description (about 120 bytes) cost the server
@@ -29,10 +30,9 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use crate::conn::Conn;
+use crate::key::record_key;
 use crate::quorum::Node;
 
-/// Suffix of a process record's key (after the `{<tag>}` that places it).
-pub(crate) const RECORD_SUFFIX: &[u8] = b":process";
 /// How long a process record lives after its last write.
 pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(24 * 3600);
 /// At most how often a client writes its record again, while it acquires or renews.
@@ -199,20 +199,6 @@ pub(crate) fn site_field(n: u32) -> String {
     let mut s = String::from("s:");
     push_base36(&mut s, u64::from(n));
     s
-}
-
-/// The key of a process's record under a key prefix.
-pub(crate) fn record_key(prefix: &str, process: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(prefix.len() + process.len() + 12);
-    key.extend_from_slice(prefix.as_bytes());
-    if !prefix.is_empty() {
-        key.push(b':');
-    }
-    key.push(b'{');
-    key.extend_from_slice(process.as_bytes());
-    key.push(b'}');
-    key.extend_from_slice(RECORD_SUFFIX);
-    key
 }
 
 /// `host=<host>\tpid=<pid>`: who forced an unlock, kept in its record.
@@ -406,7 +392,5 @@ mod tests {
         ] {
             assert_eq!(parse(text), None, "{text}");
         }
-        assert_eq!(record_key("", "ABCDEFGH"), b"{ABCDEFGH}:process");
-        assert_eq!(record_key("p", "ABCDEFGH"), b"p:{ABCDEFGH}:process");
     }
 }

@@ -137,8 +137,13 @@
 //! # Keys
 //!
 //! Each lock name maps to Redis keys under the client's prefix (`distlock` by default), all in
-//! one Redis Cluster slot. Lock names must be non-empty UTF-8, at most 8 KiB by default. The
-//! Redis keys, what each holds and how long it lives: [Keys](guide::operations#keys).
+//! one Redis Cluster slot: `order:42` lives at `distlock:{order:42}`. A name may be any UTF-8
+//! text, non-empty and at most 8 KiB by default ([`ClientBuilder::max_key_len`]), braces, `#`
+//! and suffixes such as `:fence` included: names come from request data, so no name reaches
+//! another name's lock, a key kept beside any lock, or another lock's wake-up channel. A name
+//! with its own hash tag (`order:{42}`) keeps it and so chooses its slot. Every key the
+//! library writes expires. The Redis keys, what each holds and how long it lives:
+//! [Keys](guide::operations#keys).
 //!
 //! # Guides
 //!

@@ -117,7 +117,7 @@ impl<'c> LockRequest<'c> {
     /// prevent.
     ///
     /// It costs the server work on every acquisition: the lock is taken by a script that
-    /// also increments the lock's counter (`<key>:fence`, same slot), where an acquisition
+    /// also increments the lock's counter (`<prefix>:#fence:<body>`, same slot), where an acquisition
     /// without fencing is one plain `SET key value NX PX ttl` (setnx) or a script that
     /// skips the counter (the other modes). [What it costs](crate::guide::design#fencing-tokens)
     /// gives the figures. A read lock's token is the token of the latest fenced write (see

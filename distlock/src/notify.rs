@@ -1,6 +1,6 @@
 //! Wake-up on release: waiters sleep until a release is published instead of polling Redis.
 //!
-//! Release scripts publish on the lock's channel (`<lock key>:wake`, same slot), with the
+//! Release scripts publish on the lock's channel (the lock key's string, same slot), with the
 //! payload `all` when every waiter should try (readers after a writer left). A setnx release
 //! publishes only when someone may listen: a waiter's busy attempt marks the lock as waited
 //! for (see `setnx/acquire.lua`), and a client whose own tasks wait says so with its release
@@ -29,7 +29,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 
 use crate::handoff::{self, OpenSlot, Terms, Transfer};
-use crate::key::{LockKey, CHANNEL_SUFFIX};
+use crate::key::{lock_of_channel, LockKey};
 use crate::quorum::{until_answered, Nodes};
 
 /// The payload a release script publishes to wake every waiter instead of one.
@@ -40,8 +40,8 @@ pub(crate) const WAKE_ALL: &[u8] = b"all";
 type ChannelMap = HashMap<Arc<[u8]>, Arc<Channel>, foldhash::quality::RandomState>;
 
 /// The waiters of one process, per channel. Keyed by the lock's key (shared with the
-/// [`LockKey`], so an entry costs no copy of it); the channel is that key plus
-/// [`CHANNEL_SUFFIX`].
+/// [`LockKey`], so an entry costs no copy of it), which [`lock_of_channel`] finds from the
+/// channel.
 #[derive(Default)]
 pub(crate) struct Channels {
     map: Mutex<ChannelMap>,
@@ -183,9 +183,7 @@ impl Channels {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
                     return;
                 };
-                let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) else {
-                    return;
-                };
+                let key = lock_of_channel(channel);
                 let Some(ch) = self.lock().get(key).cloned() else {
                     return;
                 };
@@ -214,9 +212,7 @@ impl Channels {
                 let Some(Value::BulkString(channel)) = push.data.first() else {
                     return;
                 };
-                let Some(key) = channel.strip_suffix(CHANNEL_SUFFIX) else {
-                    return;
-                };
+                let key = lock_of_channel(channel);
                 let Some(ch) = self.lock().get(key).cloned() else {
                     return;
                 };

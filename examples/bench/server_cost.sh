@@ -21,6 +21,12 @@ LIMIT="if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS
 BEFORE="if redis.pcall('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], ARGV[3]) return 1 end return 0"
 MARKED="if redis.pcall('get', KEYS[1]) == ARGV[1] then if redis.call('del', KEYS[1], KEYS[3]) > 1 or ARGV[5] == '1' then redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[2], ARGV[3]) end return 1 end return 0"
 KEY='distlock:{bench-key-000017}'
+# The lock's waited-for mark, declared as the release's second key since the keys of a lock
+# were laid out so that no name reaches another's (distlock/src/key.rs).
+WAITED='distlock:#waited:{bench-key-000017}'
+# The release as it was before that: one key, the mark made from the lock key inside the
+# script (undeclared) and the channel too.
+DERIVED="if redis.pcall('get', KEYS[1]) == ARGV[1] then if redis.call('del', KEYS[1], KEYS[1] .. ':waited') > 1 or ARGV[5] == '1' then redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1] .. ':wake', ARGV[3] or '') end return 1 end return 0"
 TOKEN=0123456789abcdef0123456789abcdef
 # The setnx value before the process record (token and the whole holder description), and now
 # (a 21-character token, the process's tag, the site's number and the time in base 36).
@@ -32,6 +38,11 @@ requests() {
   python3 - "$@" <<'EOF'
 import sys
 shape, sha, n, key, *rest = sys.argv[1:]
+# The release's KEYS: the lock, and for the shapes ending in 2 its waited-for mark too.
+release_keys = ["1", key]
+if shape.endswith("2"):
+    shape = shape[:-1]
+    release_keys = ["2", key, "distlock:#waited:" + key[len("distlock:"):]]
 def resp(*a):
     out = b"*%d\r\n" % len(a)
     for x in a:
@@ -45,9 +56,9 @@ for _ in range(int(n)):
     elif shape == "limit":     # the limit's cycle: SET NX PX, compare-and-delete
         buf += resp("SET", key, rest[0], "NX", "PX", "10000") + resp("EVALSHA", sha, "1", key, rest[0])
     elif shape == "waiter":    # distlock's cycle for a caller that waits: SET NX PX, release
-        buf += resp("SET", key, rest[0], "NX", "PX", "10000") + resp("EVALSHA", sha, "1", key, rest[0])
+        buf += resp("SET", key, rest[0], "NX", "PX", "10000") + resp("EVALSHA", sha, *release_keys, rest[0])
     else:                      # distlock's cycle for a caller that does not wait: SET NX PX GET, release
-        buf += resp("SET", key, rest[0], "NX", "PX", "10000", "GET") + resp("EVALSHA", sha, "1", key, rest[0])
+        buf += resp("SET", key, rest[0], "NX", "PX", "10000", "GET") + resp("EVALSHA", sha, *release_keys, rest[0])
 sys.stdout.buffer.write(bytes(buf))
 EOF
 }
@@ -85,13 +96,16 @@ echo "  limit's compare-and-delete, ${#SHORT}-byte value: $(per_call limitshortr
 echo "  before 3f6cc74 (2 keys, 4 arguments, PUBLISH): $(per_call before "$(set_first "$BEFORE")" script 2 "$KEY" "$KEY:wake" "$DESCRIBED" "" "" "")"
 echo "  3f6cc74 (3 keys, 5 arguments, no PUBLISH): $(per_call marked "$(set_first "$MARKED")" script 3 "$KEY" "$KEY:wake" "$KEY:waited" "$DESCRIBED" "" "" "" "")"
 echo "  3f6cc74, trailing empty arguments off:  $(per_call trimmed "$(set_first "$MARKED")" script 3 "$KEY" "$KEY:wake" "$KEY:waited" "$DESCRIBED")"
-echo "  940a782 (1 key, 1 argument, ${#DESCRIBED}-byte value): $(per_call now "$(set_first "$RELEASE")" script 1 "$KEY" "$DESCRIBED")"
-echo "  now (1 key, 1 argument, ${#SHORT}-byte value):   $(per_call short "$(set_first "$RELEASE")" script 1 "$KEY" "$SHORT")"
+echo "  940a782 (1 key, 1 argument, ${#DESCRIBED}-byte value): $(per_call derivedlong "$(set_first "$DERIVED")" script 1 "$KEY" "$DESCRIBED")"
+echo "  c6639ba (1 key, 1 argument, ${#SHORT}-byte value, mark made in the script): $(per_call derived "$(set_first "$DERIVED")" script 1 "$KEY" "$SHORT")"
+echo "  now (2 keys: the mark declared, 1 argument, ${#SHORT}-byte value): $(per_call short "$(set_first "$RELEASE")" script 2 "$KEY" "$WAITED" "$SHORT")"
 echo "uncontended cycle, per SET + release pair:"
 echo "  limit (32-byte token):                  $(per_call limitcycle "$LIMIT" limit "$TOKEN")"
 echo "  limit (${#SHORT}-byte token):                  $(per_call limitshort "$LIMIT" limit "$SHORT")"
-echo "  distlock, a caller that waits (no GET), ${#SHORT}-byte value: $(per_call waiter "$RELEASE" waiter "$SHORT")"
+echo "  c6639ba, a caller that waits (no GET), ${#SHORT}-byte value: $(per_call derivedwaiter "$DERIVED" waiter "$SHORT")"
+echo "  distlock, a caller that waits (no GET), ${#SHORT}-byte value: $(per_call waiter "$RELEASE" waiter2 "$SHORT")"
+echo "  c6639ba, a caller that does not wait (SET .. GET), ${#SHORT}-byte value: $(per_call derivedcycle "$DERIVED" cycle "$SHORT")"
 echo "  SET .. GET (a caller that does not wait):"
 for value in "$TOKEN" "$SHORT" "$TOKEN	host=vm-1234" "$TOKEN	host=vm-1234abcd	pid=1" "$DESCRIBED"; do
-  echo "  distlock, ${#value}-byte value:               $(per_call cycle "$RELEASE" cycle "$value")"
+  echo "  distlock, ${#value}-byte value:               $(per_call cycle "$RELEASE" cycle2 "$value")"
 done

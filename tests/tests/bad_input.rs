@@ -90,7 +90,7 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
         .await
         .expect("SET");
     let _: () = raw
-        .rpush("distlock:{fenced}:fence", "x")
+        .rpush("distlock:#fence:{fenced}", "x")
         .await
         .expect("RPUSH");
     for (name, key, found) in [
@@ -98,7 +98,7 @@ async fn a_key_holding_user_data_is_reported_and_left_byte_identical() {
         ("plain", "distlock:{plain}", "string without expiry"),
         (
             "fenced",
-            "distlock:{fenced}:fence",
+            "distlock:#fence:{fenced}",
             "list at its fencing counter",
         ),
     ] {

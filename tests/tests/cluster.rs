@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use common::{lock_key, run_contenders};
+use common::{channel, fence_key, lock_key, run_contenders};
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error};
 use distlock_testkit::{wait_until_async, Keeper, Observer, RedisCluster, RedisServer};
 
@@ -150,7 +150,7 @@ async fn a_waiter_is_woken_through_sharded_pub_sub() {
             waited
         }
     });
-    let channel = format!("{}:wake", lock_key(name));
+    let channel = channel(name);
     let subscribed = shard_subscribed(master, &channel).await;
     assert!(
         subscribed,
@@ -185,7 +185,7 @@ async fn fencing_tokens_grow_and_share_the_locks_slot() {
     }
     let master = master_of("c-fence");
     let fence: u64 = redis::cmd("GET")
-        .arg(format!("{}:fence", lock_key("c-fence")))
+        .arg(fence_key("c-fence"))
         .query(&mut raw(master))
         .expect("the counter is on the lock's master");
     assert_eq!(fence, last);
@@ -370,7 +370,7 @@ async fn every_waiter_gets_the_lock_across_a_slot_migration() {
         })
         .collect();
     // The waiters are parked on the shard channel before the slot moves.
-    let channel = format!("{key}:wake");
+    let channel = channel(name);
     let parked = shard_subscribed(source, &channel).await;
     assert!(parked);
     let target = CLUSTER.with(move |c| {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use common::lock_key;
+use common::{fence_key, lock_key};
 use distlock::{distributed_lock, Client, Error, LockRequest};
 use distlock_testkit::{Keeper, RedisCluster};
 
@@ -30,17 +30,8 @@ fn seeds() -> Vec<String> {
     CLUSTER.with(|c| c.urls())
 }
 
-/// The raw key of lock `name` (a name with its own hash tag keeps it).
-fn key_of(name: &str) -> String {
-    if name.contains('{') {
-        format!("distlock:{name}")
-    } else {
-        lock_key(name)
-    }
-}
-
 fn slot_of(name: &str) -> u16 {
-    RedisCluster::slot_of(key_of(name).as_bytes())
+    RedisCluster::slot_of(lock_key(name).as_bytes())
 }
 
 fn master_of(name: &str) -> usize {
@@ -120,7 +111,7 @@ async fn with_every_replica_paused_acknowledged_acquisitions_fail_and_leave_no_k
     let err = acked_call(&plain, &ran).await.expect_err("unconfirmed");
     assert!(matches!(err, Error::ReplicasNotConfirmed { .. }), "{err}");
     assert!(!ran.load(Ordering::SeqCst), "the body did not run");
-    assert!(!exists_on(master_of("{ack}-attr"), key_of("{ack}-attr")));
+    assert!(!exists_on(master_of("{ack}-attr"), lock_key("{ack}-attr")));
     for mode in ["setnx", "reentrant", "read", "write"] {
         let name = format!("{{ack}}-{mode}");
         let master = master_of(&name);
@@ -150,7 +141,7 @@ async fn with_every_replica_paused_acknowledged_acquisitions_fail_and_leave_no_k
                 "{mode} ({who}): failed within the timeout, took {took:?}"
             );
             assert!(
-                !exists_on(master, key_of(&name)),
+                !exists_on(master, lock_key(&name)),
                 "{mode} ({who}): the undone acquisition left no key"
             );
         }
@@ -307,7 +298,7 @@ async fn fencing_tokens_keep_growing_when_the_counter_is_lost() {
     let master = master_of(name);
     CLUSTER.with(move |c| {
         redis::cmd("DEL")
-            .arg(format!("{}:fence", lock_key(name)))
+            .arg(fence_key(name))
             .exec(&mut c.server(master).connection())
             .expect("DEL the counter");
     });
@@ -367,7 +358,7 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
         last = guard.fencing_token().expect("fencing(true)");
         guard.release().await.expect("release");
     }
-    let fence_key = format!("{}:fence", key_of(name));
+    let fence_key = fence_key(name);
     let (promoted, took) = CLUSTER.with(move |c| {
         c.server_mut(master).kill();
         for &r in &lagging {

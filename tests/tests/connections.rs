@@ -140,7 +140,7 @@ async fn every_command_of_an_acquisition_travels_on_one_connection() {
         })
     };
     let parked = wait_until_async(Duration::from_secs(10), || async {
-        common::subscribers(&server, "distlock:{busy}:wake").await > 0
+        common::subscribers(&server, &common::channel("busy")).await > 0
     })
     .await;
     assert!(parked, "the waiter never subscribed");

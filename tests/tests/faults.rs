@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{as_other_owner, client, lock_key};
+use common::{as_other_owner, channel, client, lock_key};
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error, LockRequest};
 use distlock_testkit::{wait_until_async, FaultProxy, RedisServer, RedisServers};
 use redis::aio::MultiplexedConnection;
@@ -30,7 +30,7 @@ async fn pttl(raw: &MultiplexedConnection, name: &str) -> i64 {
 async fn subscribed(raw: &MultiplexedConnection, name: &str) -> bool {
     let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
         .arg("NUMSUB")
-        .arg(format!("{}:wake", lock_key(name)))
+        .arg(channel(name))
         .query_async(&mut raw.clone())
         .await
         .expect("PUBSUB NUMSUB");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{as_other_owner, client, lock_key, pttl, subscribers};
+use common::{as_other_owner, channel, client, lock_key, pttl, subscribers};
 use distlock::__private::handoff_waiters;
 use distlock::{Client, Error, Guard};
 use distlock_testkit::{wait_until_async, FaultProxy, RedisServer};
@@ -47,7 +47,7 @@ fn spawn_waiter(
 /// Waits until a waiter for `name` has parked: its connection listens on the lock's wake-up
 /// channel.
 async fn parked(server: &RedisServer, name: &str) {
-    let channel = format!("{}:wake", lock_key(name));
+    let channel = channel(name);
     let parked = wait_until_async(Duration::from_secs(10), || async {
         subscribers(server, &channel).await > 0
     })

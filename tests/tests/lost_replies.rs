@@ -173,7 +173,8 @@ async fn run(clients: &[Client], observer_url: &str, mode: Mode, prefix: &str) -
     total
 }
 
-/// Lock keys (not fencing counters) on the server.
+/// Lock keys (not fencing counters, records or other helper keys: see `distlock/src/key.rs`)
+/// on the server.
 async fn lock_keys(server: &RedisServer) -> Vec<String> {
     let mut conn = server.async_connection().await;
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -182,7 +183,7 @@ async fn lock_keys(server: &RedisServer) -> Vec<String> {
         .await
         .expect("KEYS");
     keys.into_iter()
-        .filter(|k| !k.ends_with(":fence") && !k.ends_with(":process"))
+        .filter(|k| !k.starts_with("distlock:#"))
         .collect()
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{as_other_owner, assert_safe, client, lock_key};
+use common::{as_other_owner, assert_safe, client, fence_key, lock_key};
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error};
 use distlock_testkit::{wait_until_async, Observer, RedisServer, RedisServers};
 use tokio::sync::{Barrier, Notify};
@@ -905,9 +905,10 @@ impl Tenant {
     ) -> Result<u64, AppError> {
         // The key was built before the body took `order`.
         let Order { id: (_, number) } = order;
-        // A name with its own hash tag keeps it: `distlock:{acme}:order:77`.
+        // A name with its own hash tag keeps it (with a `#` in front, for one that starts
+        // with `{`: see `distlock/src/key.rs`): `distlock:#{acme}:order:77`.
         assert_eq!(
-            raw_exists(conn, &format!("distlock:{{{}}}:order:{number}", self.name)).await,
+            raw_exists(conn, &format!("distlock:#{{{}}}:order:{number}", self.name)).await,
             1
         );
         Ok(number)
@@ -925,7 +926,7 @@ async fn keys_come_from_self_fields_and_parameter_fields() {
     let order = Order { id: (1, 77) };
     assert_eq!(tenant.place(order, &conn).await.expect("placed"), 77);
     assert_eq!(
-        raw_exists(&conn, "distlock:{acme}:order:77").await,
+        raw_exists(&conn, "distlock:#{acme}:order:77").await,
         0,
         "released"
     );
@@ -986,7 +987,7 @@ async fn fencing_is_off_unless_the_attribute_asks() {
     let unfenced = unfenced_lease(&locks).await.expect("call");
     assert_eq!(unfenced.fencing_token(), None);
     let counter: bool = redis::cmd("EXISTS")
-        .arg(format!("{}:fence", lock_key("keep")))
+        .arg(fence_key("keep"))
         .query_async(&mut conn.clone())
         .await
         .expect("EXISTS");

@@ -672,7 +672,7 @@ async fn listing_leaves_out_the_waited_for_mark() {
         let mut raw = raw.clone();
         async move {
             redis::cmd("EXISTS")
-                .arg("distlock:{list:w}:waited")
+                .arg(common::waited_key("list:w"))
                 .query_async::<bool>(&mut raw)
                 .await
                 .expect("EXISTS")
@@ -694,7 +694,7 @@ async fn listing_leaves_out_the_waited_for_mark() {
         .expect("KEYS");
     // The process's record (who its holds' tags name) stays; nothing of the lock does.
     assert!(
-        left.iter().all(|k| k.ends_with("}:process")),
+        left.iter().all(|k| k.starts_with("distlock:#process:")),
         "nothing left behind: {left:?}"
     );
 }
@@ -729,7 +729,7 @@ async fn a_setnx_value_fits_one_server_allocation_and_names_its_holder_through_t
     assert!(h.site.is_some_and(|s| s.contains("operations.rs")));
     assert!(recent(h.acquired_at));
     let process = h.process.expect("the holder's process tag");
-    let record = format!("distlock:{{{process}}}:process");
+    let record = format!("distlock:#process:{{{process}}}");
     let pid: Option<u32> = redis::cmd("HGET")
         .arg(&record)
         .arg("pid")

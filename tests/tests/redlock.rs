@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, contend_across_processes, lock_key};
+use common::{as_other_owner, contend_across_processes, fence_key, lock_key};
 use distlock::{Client, Error};
 use distlock_testkit::RedisServers;
 use redis::aio::MultiplexedConnection;
@@ -244,7 +244,7 @@ async fn a_release_returns_at_the_majority_and_still_reaches_every_node() {
 async fn tokens_increase_across_majorities_whose_counters_drifted() {
     let mut nodes = RedisServers::start(5);
     let locks = quorum(&nodes).await;
-    let fence = format!("{}:fence", lock_key("drift"));
+    let fence = fence_key("drift");
     // Far above what the other nodes start their new counters at (their clock in us).
     const AHEAD: u64 = 4_000_000_000_000_000;
     let _: () = nodes[0]

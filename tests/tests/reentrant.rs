@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{as_other_owner, client, contend_across_processes, lock_key};
+use common::{as_other_owner, client, contend_across_processes, fence_key, lock_key};
 use distlock::{Error, LockContext};
 use distlock_testkit::RedisServer;
 use redis::AsyncCommands;
@@ -196,7 +196,7 @@ async fn fencing_is_minted_only_when_asked_even_inside_a_tenure() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let raw = server.async_connection().await;
-    let counter = format!("{}:fence", lock_key("lazy"));
+    let counter = fence_key("lazy");
     let outer = locks.reentrant("lazy").try_acquire().await.expect("free");
     assert_eq!(outer.fencing_token(), None);
     let exists: bool = raw.clone().exists(&counter).await.expect("EXISTS");

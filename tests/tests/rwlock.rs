@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, client, lock_key, run_contenders, spawn_holder};
+use common::{as_other_owner, channel, client, fence_key, lock_key, run_contenders, spawn_holder};
 use distlock::{Client, Error};
 use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 use redis::aio::MultiplexedConnection;
@@ -593,7 +593,7 @@ async fn fencing_only_when_asked_on_both_sides() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let raw = server.async_connection().await;
-    let counter = format!("{}:fence", lock_key("lazy"));
+    let counter = fence_key("lazy");
     let w = locks.write("lazy").try_acquire().await.expect("free");
     assert_eq!(w.fencing_token(), None);
     let r = locks.read("lazy").try_acquire().await.expect("downgrade");
@@ -736,7 +736,7 @@ async fn user_data_at_a_lock_key_is_reported_and_left_untouched() {
         assert_eq!(dump(&raw, name).await, before, "{name} was changed");
     }
     // The fencing counter holding the application's data: nothing is written.
-    let fence = format!("{}:fence", lock_key("f"));
+    let fence = fence_key("f");
     let _: () = raw.set(&fence, "mine").await.expect("SET");
     let fenced_write = locks.write("f").fencing(true).try_acquire().await;
     check(fenced_write.unwrap_err(), "fence");
@@ -840,7 +840,7 @@ async fn a_writers_release_wakes_every_waiting_reader() {
     let parked = wait_until_async(EVENT_LIMIT, || async {
         let (_, n): (String, i64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg("distlock:{wake}:wake")
+            .arg(channel("wake"))
             .query_async(&mut server.async_connection().await)
             .await
             .map(|v: Vec<(String, i64)>| v.into_iter().next().expect("one channel"))

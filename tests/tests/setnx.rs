@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{as_other_owner, client, contend_across_processes, lock_key, spawn_holder};
+use common::{as_other_owner, client, contend_across_processes, fence_key, lock_key, spawn_holder};
 use distlock::Error;
 use distlock_testkit::{wait_until_async, Observer, RedisServer};
 use redis::AsyncCommands;
@@ -126,10 +126,7 @@ async fn no_fencing_by_default_no_counter_no_script() {
         assert_eq!(g.fencing_token(), None);
         g.release().await.expect("release");
     }
-    let counter: bool = raw
-        .exists(format!("{}:fence", lock_key("plain")))
-        .await
-        .expect("EXISTS");
+    let counter: bool = raw.exists(fence_key("plain")).await.expect("EXISTS");
     assert!(!counter, "a fencing counter was written without fencing");
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")

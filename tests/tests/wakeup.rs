@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
-use common::{as_other_owner, assert_safe, client, run_contenders, spawn_waiter, subscribers};
+use common::{
+    as_other_owner, assert_safe, channel, client, run_contenders, spawn_waiter, subscribers,
+    waited_key,
+};
 use distlock::Client;
 use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 
@@ -33,7 +36,7 @@ async fn a_waiter_is_woken_by_the_release_long_before_the_holders_ttl() {
     let waiter = spawn_waiter(&locks, "wake", Duration::from_secs(20));
     // The waiter is parked once it has subscribed to the lock's channel.
     let parked = wait_until_async(Duration::from_secs(10), || async {
-        subscribers(&server, "distlock:{wake}:wake").await > 0
+        subscribers(&server, &channel("wake")).await > 0
     })
     .await;
     assert!(parked);
@@ -65,7 +68,7 @@ async fn an_uncontended_release_publishes_nothing() {
     let published = stats.get("publish").copied().unwrap_or(0);
     assert_eq!(published, 0, "{stats:?}");
     assert_eq!(stats.get("del").copied(), Some(20), "{stats:?}");
-    assert!(!exists(&server, "distlock:{alone}:waited").await);
+    assert!(!exists(&server, &waited_key("alone")).await);
 }
 
 /// A waiter marks the lock as waited for (a key that lasts as long as the holder's lease then
@@ -76,7 +79,7 @@ async fn an_uncontended_release_publishes_nothing() {
 async fn a_release_after_the_lease_was_renewed_past_the_waiters_mark_still_wakes_it() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let marker = "distlock:{renewed}:waited";
+    let marker = &waited_key("renewed");
     let held = locks
         .lock("renewed")
         .ttl(Duration::from_millis(900))
@@ -85,8 +88,7 @@ async fn a_release_after_the_lease_was_renewed_past_the_waiters_mark_still_wakes
         .expect("free");
     let waiter = spawn_waiter(&locks, "renewed", Duration::from_secs(60));
     let parked = wait_until_async(Duration::from_secs(10), || async {
-        subscribers(&server, "distlock:{renewed}:wake").await > 0
-            && pttl_of(&server, marker).await > 0
+        subscribers(&server, &channel("renewed")).await > 0 && pttl_of(&server, marker).await > 0
     })
     .await;
     assert!(parked, "the waiter subscribed and marked the lock");
@@ -112,7 +114,7 @@ async fn a_release_after_the_lease_was_renewed_past_the_waiters_mark_still_wakes
         .await
         .expect("pub/sub connection");
     listener
-        .subscribe("distlock:{renewed}:wake")
+        .subscribe(channel("renewed"))
         .await
         .expect("SUBSCRIBE");
     held.release().await.expect("release");
@@ -164,7 +166,7 @@ async fn a_release_while_the_subscriptions_connection_is_down_is_caught_once_it_
         .expect("connect through the proxy");
     for mode in ["lock", "write"] {
         let name = format!("rejoin-{mode}");
-        let channel = format!("distlock:{{{name}}}:wake");
+        let channel = channel(&name);
         let request = match mode {
             "write" => holder.write(&name),
             _ => holder.lock(&name),

@@ -1,9 +1,11 @@
 -- Remove a lock whatever its owner, record why beside it, and wake its waiters. For
 -- operators (`Client::force_unlock`): the holder's next renewal is refused, so its guard
 -- reports the lease lost; a fencing token keeps its successor's writes ordered after it.
--- KEYS[1] lock key, KEYS[2] last forced unlock record, KEYS[3] wake-up channel
+-- KEYS[1] lock key (its string is also its wake-up channel), KEYS[2] last forced unlock
+-- record (same slot)
 -- ARGV[1] reason, ARGV[2] who forces it (host and pid), ARGV[3] how long the record is kept
--- in ms, ARGV[4] wake-up id
+-- in ms, ARGV[4] wake-up id, ARGV[5] 's' to publish with SPUBLISH (Redis Cluster, where the
+-- waiters listen on sharded pub/sub)
 -- Returns {1, mode, previous owner} when a lock was removed, {0} when there was none, {-1,
 -- type} when the key holds something that is not a lock (left untouched).
 if redis.replicate_commands then
@@ -36,5 +38,6 @@ redis.call('del', KEYS[2])
 redis.call('hset', KEYS[2], 'reason', ARGV[1], 'by', ARGV[2], 'at', string.format('%.0f', now),
   'mode', mode, 'previous', owner)
 redis.call('pexpire', KEYS[2], ARGV[3])
-redis.call('publish', KEYS[3], ARGV[4])
+-- Best-effort, as every release's (see setnx/release.lua): the lock is already removed.
+redis.pcall(ARGV[5] == 's' and 'spublish' or 'publish', KEYS[1], ARGV[4])
 return {1, mode, owner}

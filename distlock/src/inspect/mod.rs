@@ -14,8 +14,8 @@ use redis::{Script, Value};
 
 use crate::client::Client;
 use crate::error::{Error, Op};
-use crate::holders::{self, Described, RECORD_SUFFIX};
-use crate::key::{LockKey, FORCED_SUFFIX, WAITED_SUFFIX};
+use crate::holders::{self, Described};
+use crate::key::{name_of, Kind, LockKey};
 use crate::telemetry;
 use crate::token;
 
@@ -60,7 +60,7 @@ pub struct Holder {
     /// and task context).
     pub owner: String,
     /// The holder's process, as a tag drawn once per process: it names the record of the
-    /// process's host, pid and sites (the hash `<prefix>:{<tag>}:process`), and still tells
+    /// process's host, pid and sites (the hash `<prefix>:#process:{<tag>}`), and still tells
     /// holders apart where that record is gone (a restarted server, before the holder
     /// rewrites it within a minute).
     pub process: Option<String>,
@@ -161,8 +161,8 @@ impl Client {
             let mut conn = node.conn.clone();
             let reply: Result<Value, _> = INSPECT
                 .key(key.lock())
-                .key(key.fence_arg())
-                .key(key.forced_arg())
+                .key(key.helper_arg(Kind::Fence))
+                .key(key.helper_arg(Kind::Forced))
                 .invoke_async(&mut conn)
                 .await;
             let mut info = reply
@@ -210,14 +210,15 @@ impl Client {
         let mut last_error = None;
         for node in &self.inner().nodes.nodes {
             let mut conn = node.conn.clone();
+            let sharded = if node.conn.sharded() { "s" } else { "" };
             let reply: Result<Value, _> = FORCE_UNLOCK
                 .key(key.lock())
-                .key(key.forced_arg())
-                .key(key.channel_arg())
+                .key(key.helper_arg(Kind::Forced))
                 .arg(reason)
                 .arg(&by)
                 .arg(FORCED_RECORD_KEPT.as_millis() as u64)
                 .arg(&wake)
+                .arg(sharded)
                 .invoke_async(&mut conn)
                 .await;
             match reply {
@@ -283,15 +284,12 @@ impl Client {
                         source: e,
                     })?;
                 let mut pipe = redis::pipe();
-                let candidates: Vec<Vec<u8>> = keys
+                // Lock keys only: helper keys and records have shapes of their own.
+                let candidates: Vec<(Vec<u8>, String)> = keys
                     .into_iter()
-                    .filter(|k| {
-                        ![FORCED_SUFFIX, WAITED_SUFFIX, RECORD_SUFFIX]
-                            .iter()
-                            .any(|suffix| k.ends_with(suffix))
-                    })
+                    .filter_map(|k| name_of(&prefix, &k).map(|name| (k, name)))
                     .collect();
-                for k in &candidates {
+                for (k, _) in &candidates {
                     pipe.cmd("PTTL").arg(k);
                 }
                 let ttls: Vec<i64> = if candidates.is_empty() {
@@ -305,12 +303,10 @@ impl Client {
                             source: e,
                         })?
                 };
-                // Locks always expire; fencing counters never do.
-                for (k, ttl) in candidates.iter().zip(ttls) {
+                // Locks always expire: a key without expiry is the application's.
+                for ((_, name), ttl) in candidates.into_iter().zip(ttls) {
                     if ttl > 0 {
-                        if let Some(name) = name_of(&prefix, k) {
-                            names.insert(name);
-                        }
+                        names.insert(name);
                     }
                 }
                 cursor = next;
@@ -321,23 +317,6 @@ impl Client {
         }
         Ok(names.into_iter().collect())
     }
-}
-
-/// The lock name a lock key was made from (see `key.rs`): the prefix and its `:` removed, and
-/// the braces the layout added around a name without a hash tag of its own.
-fn name_of(prefix: &str, key: &[u8]) -> Option<String> {
-    let key = std::str::from_utf8(key).ok()?;
-    let rest = if prefix.is_empty() {
-        key
-    } else {
-        key.strip_prefix(prefix)?.strip_prefix(':')?
-    };
-    if let Some(inner) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
-        if !crate::key::has_hash_tag(inner) {
-            return Some(inner.to_owned());
-        }
-    }
-    Some(rest.to_owned())
 }
 
 fn glob_escape(s: &str) -> String {
@@ -574,20 +553,6 @@ fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_come_back_from_their_keys() {
-        assert_eq!(
-            name_of("distlock", b"distlock:{order:42}").as_deref(),
-            Some("order:42")
-        );
-        assert_eq!(
-            name_of("distlock", b"distlock:order:{42}").as_deref(),
-            Some("order:{42}")
-        );
-        assert_eq!(name_of("distlock", b"other:{x}"), None);
-        assert_eq!(name_of("", b"{x}").as_deref(), Some("x"));
-    }
 
     #[test]
     fn descriptions_parse_and_tolerate_garbage() {

@@ -38,13 +38,17 @@ use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
 use crate::holders::Records;
-use crate::key::LockKey;
+use crate::key::{Kind, LockKey};
 use crate::notify::Channels;
 use crate::token;
 pub(crate) use node::{until_answered, Node, NodeSettings};
 
-static RAISE_FENCE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("raise_fence.lua")));
+static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("../fence.lua"),
+        include_str!("raise_fence.lua")
+    ))
+});
 
 /// The servers of one client.
 pub(crate) struct Nodes {
@@ -82,7 +86,7 @@ impl Nodes {
         op: F,
     ) -> FuturesUnordered<impl Future<Output = (usize, Answer<T>)> + 'a>
     where
-        F: Fn(Conn) -> Fut + 'a,
+        F: Fn(&'a Node, Conn) -> Fut + 'a,
         Fut: Future<Output = Result<T, Error>> + 'a,
         T: 'a,
     {
@@ -90,7 +94,7 @@ impl Nodes {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let call = (all_nodes || node.trusted()).then(|| op(node.commands()));
+                let call = (all_nodes || node.trusted()).then(|| op(node, node.commands()));
                 async move { (i, ask(node, self.node_timeout, call).await) }
             })
             .collect()
@@ -148,11 +152,14 @@ impl Nodes {
         }
         self.records.rewrite_if_old(&self.nodes);
         if let Some(mut conn) = self.single(id) {
+            let server = &self.nodes[0].quirks;
             if let Some(replicas) = replicas {
-                let call = algorithm.acquire_cmd(key, id, ttl_ms, ask);
+                let call = algorithm.acquire_cmd(key, id, ttl_ms, ask, server.refuses_set_nx_get());
                 return Box::pin(algorithm.try_acquire_acked(&mut conn, &call, replicas)).await;
             }
-            return algorithm.try_acquire(&mut conn, key, id, ttl_ms, ask).await;
+            return algorithm
+                .try_acquire(&mut conn, server, key, id, ttl_ms, ask)
+                .await;
         }
         // Boxed: the quorum's state would otherwise size every single-node acquisition's
         // future too, which is moved (copied) several times per call.
@@ -168,10 +175,11 @@ impl Nodes {
         ttl_ms: u64,
         ask: Ask,
     ) -> Result<Attempt, Error> {
-        // One command for all nodes.
-        let call = &algorithm.acquire_cmd(key, id, ttl_ms, ask);
-        let mut answers = self.fan_out(false, |mut conn| async move {
-            algorithm.send_acquire(&mut conn, call).await
+        // One command for all nodes: the script where any of them refused `SET .. GET`.
+        let get_refused = self.nodes.iter().any(|n| n.quirks.refuses_set_nx_get());
+        let call = &algorithm.acquire_cmd(key, id, ttl_ms, ask, get_refused);
+        let mut answers = self.fan_out(false, |node, mut conn| async move {
+            algorithm.send_acquire(&mut conn, call, &node.quirks).await
         });
         let (mut granted, mut busy, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         let mut answered = 0;
@@ -240,14 +248,14 @@ impl Nodes {
         if behind.is_empty() {
             return Ok(token);
         }
-        let fence_key = key.fence();
+        let fence_key = key.helper(Kind::Fence);
         let raises = behind.iter().map(|&i| {
             let node = &self.nodes[i];
             let fence_key = &fence_key;
             async move {
                 let mut conn = node.commands();
                 let mut raise = RAISE_FENCE.key(fence_key);
-                raise.arg(token);
+                raise.arg(token.to_string());
                 let call = raise.invoke_async::<u64>(&mut conn);
                 matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token)
             }
@@ -317,7 +325,7 @@ impl Nodes {
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
         let listening = self.channels.listening(key);
         let cmd = &algorithm.release_cmd(key, id, &token::wake_id(), false, listening);
-        self.fan_out(true, |mut conn| async move {
+        self.fan_out(true, |_, mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })
         .for_each(|_| async {})

@@ -29,7 +29,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::mpsc;
 
-use crate::algorithm::HoldId;
+use crate::algorithm::{HoldId, ServerQuirks};
 use crate::conn::sentinel::SentinelSettings;
 use crate::conn::{Conn, Link, SentinelConn};
 use crate::error::{Error, Op};
@@ -59,6 +59,8 @@ pub(crate) struct Node {
     /// and in a quorum, which use `conn` for everything.
     lanes: Vec<Conn>,
     pub(crate) addr: String,
+    /// What the server was found to refuse (per node: another node may be newer).
+    pub(crate) quirks: ServerQuirks,
     health: Arc<Health>,
     /// The task that re-reads the run_id after a disconnection; stopped with the node.
     monitor: Option<tokio::task::AbortHandle>,
@@ -250,6 +252,7 @@ impl Node {
             conn: Conn::Single(conn),
             lanes,
             addr,
+            quirks: ServerQuirks::default(),
             health,
             monitor,
         };
@@ -305,6 +308,7 @@ impl Node {
             conn: Conn::Cluster(conn),
             lanes: Vec::new(),
             addr,
+            quirks: ServerQuirks::default(),
             health: Arc::new(Health::default()),
             monitor: None,
         })
@@ -351,6 +355,7 @@ impl Node {
             conn: Conn::Sentinel(conn),
             lanes: Vec::new(),
             addr,
+            quirks: ServerQuirks::default(),
             health: Arc::new(Health::default()),
             monitor: Some(monitor),
         })

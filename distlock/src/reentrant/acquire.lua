@@ -6,8 +6,9 @@
 -- A field per acquisition, not a counter, makes every call idempotent: a retried acquire finds
 -- its field and counts nothing twice, a retried or stale release finds no field and frees
 -- nothing, and a guard left from an earlier tenure cannot release the owner's new hold.
--- KEYS[1] lock key, KEYS[2] fencing counter (same slot; ARGV[8], the setnx
--- lock's waits flag, is unused: these modes publish on every release)
+-- `fence.lua` comes first.
+-- KEYS[1] lock key, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
+-- ARGV[8], the setnx lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner, ARGV[2] ttl in milliseconds, ARGV[5] the acquisition's nonce, ARGV[6] who
 -- takes it (stored for inspection, never compared), ARGV[7] '1' to mint a fencing token (a
 -- tenure taken without one mints it at the first re-entry that asks); ARGV[3]
@@ -19,23 +20,6 @@
 local owner = redis.pcall('hget', KEYS[1], 'owner')
 local ttl = tonumber(ARGV[2])
 local fencing = ARGV[7] == '1'
--- The next fencing token, or nil and a description when the counter key holds the
--- application's data.
-local function mint()
-  local fence = redis.pcall('incr', KEYS[2])
-  if type(fence) == 'table' then
-    return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
-  end
-  -- The fence floor (see the setnx acquire script): never below the server clock's current
-  -- millisecond in microseconds, so tokens keep growing across a lost or lagging counter.
-  local t = redis.call('time')
-  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-  if fence < floor then
-    fence = floor
-    redis.call('set', KEYS[2], string.format('%.0f', fence))
-  end
-  return fence
-end
 if type(owner) == 'table' then
   -- Not a hash: a setnx lock of the same name (a string that expires) or the application's.
   local kind = redis.call('type', KEYS[1]).ok
@@ -53,15 +37,15 @@ if owner == ARGV[1] then
     -- The tenure was taken without a token and this acquisition asks for one: mint it now
     -- (the owner holds the lock, so it orders after every earlier tenure's).
     local bad
-    fence, bad = mint()
+    fence, bad = mint(KEYS[2])
     if not fence then
       return {-1, bad}
     end
-    redis.call('hset', KEYS[1], 'fence', fence)
+    redis.call('hset', KEYS[1], 'fence', int(fence))
   end
   redis.call('hset', KEYS[1], 'h:' .. ARGV[5], ARGV[6])
   if left < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
+    redis.call('pexpire', KEYS[1], ARGV[2])
   end
   if not fencing then
     return {1, -1}
@@ -69,20 +53,18 @@ if owner == ARGV[1] then
   return {1, fence}
 end
 if left == -2 then
-  local fence = ''
+  local fence, stored = -1, ''
   if fencing then
     local bad
-    fence, bad = mint()
+    fence, bad = mint(KEYS[2])
     if not fence then
       -- The counter key holds the application's data; nothing was written yet.
       return {-1, bad}
     end
+    stored = int(fence)
   end
-  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', fence, 'h:' .. ARGV[5], ARGV[6])
-  redis.call('pexpire', KEYS[1], ttl)
-  if not fencing then
-    return {1, -1}
-  end
+  redis.call('hset', KEYS[1], 'owner', ARGV[1], 'fence', stored, 'h:' .. ARGV[5], ARGV[6])
+  redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, fence}
 end
 if left == -1 then

@@ -8,7 +8,7 @@ if redis.pcall('hget', KEYS[1], 'owner') == ARGV[1]
   local left = redis.call('pttl', KEYS[1])
   local ttl = tonumber(ARGV[2])
   if left < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
+    redis.call('pexpire', KEYS[1], ARGV[2])
     return ttl
   end
   return left

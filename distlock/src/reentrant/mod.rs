@@ -16,8 +16,12 @@ pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     owner: OwnerKind::Context,
     shared: false,
     plain_acquire: false,
+    waited_mark: false,
     quorum: false,
-    acquire: crate::algorithm::Lua::new(include_str!("acquire.lua")),
+    acquire: crate::algorithm::Lua::new(concat!(
+        include_str!("../fence.lua"),
+        include_str!("acquire.lua")
+    )),
     release: crate::algorithm::Lua::new(include_str!("release.lua")),
     extend: crate::algorithm::Lua::new(include_str!("extend.lua")),
 });

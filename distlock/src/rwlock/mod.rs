@@ -81,10 +81,15 @@ use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
 
-/// One script: the shared prelude (state loading, pruning, expiry) followed by the body.
+/// One script: the fencing counters' rule (`fence.lua`), the shared prelude (state loading,
+/// pruning, expiry), then the body.
 macro_rules! script {
     ($body:literal) => {
-        crate::algorithm::Lua::new(concat!(include_str!("prelude.lua"), include_str!($body)))
+        crate::algorithm::Lua::new(concat!(
+            include_str!("../fence.lua"),
+            include_str!("prelude.lua"),
+            include_str!($body)
+        ))
     };
 }
 
@@ -95,6 +100,7 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: true,
     quorum: false,
     plain_acquire: false,
+    waited_mark: false,
     acquire: script!("read_acquire.lua"),
     release: script!("read_release.lua"),
     extend: script!("extend.lua"),
@@ -107,6 +113,7 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: false,
     quorum: false,
     plain_acquire: false,
+    waited_mark: false,
     acquire: script!("write_acquire.lua"),
     release: script!("write_release.lua"),
     extend: script!("extend.lua"),

@@ -1,5 +1,5 @@
--- Shared head of every read/write lock script (mod.rs puts it in front of each one, since a
--- Redis script cannot include another).
+-- Shared head of every read/write lock script (mod.rs puts it in front of each one, after
+-- `fence.lua`, since a Redis script cannot include another).
 --
 -- One hash per lock, so all of a lock's state sits in one Redis Cluster slot. Every field is
 -- ours; an owner is `client id:context` and so always contains ':'.
@@ -22,7 +22,8 @@
 -- Time is the server's own (TIME), never a client's: client clocks need not agree, and a
 -- value computed from one is what made seed 004's cluster variant unsafe.
 
--- ARGV[7] is '1' when the acquisition asks for a fencing token (acquire scripts only).
+-- ARGV[7] is '1' when the acquisition asks for a fencing token (acquire scripts only); the
+-- fencing counter, KEYS[2], is declared only then.
 local FENCING = ARGV[7] == '1'
 
 -- Redis < 5 refuses writes after TIME unless effects are replicated instead of the script;
@@ -40,11 +41,6 @@ local function server_ms()
   local t = redis.call('time')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return math.floor(us / 1000), us
-end
-
--- Integral numbers as Redis expects them (Lua 5.1 would print large ones as 1.7e+12).
-local function int(n)
-  return string.format('%.0f', n)
 end
 
 local function starts(s, prefix)
@@ -248,26 +244,10 @@ local function add_read(s, owner, nonce, now, ttl)
   s.dirty = true
 end
 
--- The next fencing token: the counter plus one, but never below the server clock's current
--- millisecond in microseconds (the fence floor, see the setnx acquire script), so tokens keep
--- growing across a counter that went back: first use, lost in a restart without persistence,
--- or a promoted replica that had not received the latest increments. Nil and a description
--- when the counter key holds the application's data.
-local function mint(now_us)
-  local fence = redis.pcall('incr', KEYS[2])
-  if type(fence) == 'table' then
-    return nil, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'
-  end
-  local floor = now_us - now_us % 1000
-  if fence < floor then
-    fence = floor
-    redis.call('set', KEYS[2], int(fence))
-  end
-  return fence
-end
-
--- The fencing counter's current value (0 before the first write), or nil and a description
--- when the counter key holds the application's data.
+-- The fencing counter's current value (0 before the first write, or once it expired unused),
+-- or nil and a description when the counter key holds the application's data. A read is a
+-- use: the counter's lifetime starts again (see fence.lua), so readers keep seeing the last
+-- write's token while the lock is in use.
 local function current_fence()
   local v = redis.pcall('get', KEYS[2])
   if type(v) == 'table' then
@@ -280,6 +260,7 @@ local function current_fence()
   if not n then
     return nil, 'string at its fencing counter'
   end
+  redis.call('pexpire', KEYS[2], FENCE_KEPT_MS)
   return n
 end
 

@@ -1,6 +1,6 @@
 -- Take or re-enter the read lock.
--- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; ARGV[8], the setnx
--- lock's waits flag, is unused: these modes publish on every release)
+-- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
+-- ARGV[8], the setnx lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
 -- ARGV[7] '1' to return the fencing counter (not read otherwise);
 -- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry

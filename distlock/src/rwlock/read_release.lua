@@ -1,10 +1,10 @@
 -- Give back one read acquisition. When the last reader leaves, wake waiters: every one of
 -- them if writers registered intents (readers waiting behind those intents share the channel,
 -- and a single wake-up could land on one of them instead of a writer), else one.
--- KEYS[1] lock hash, its wake-up channel is KEYS[1] .. ':wake' (these modes publish on
--- every release; trailing empty arguments are left off); ARGV[1] owner, ARGV[2] the acquisition's nonce
--- (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's' to
--- publish with SPUBLISH (Redis Cluster).
+-- KEYS[1] lock hash, whose string is also its wake-up channel (these modes publish on every
+-- release, best-effort: see setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's
+-- nonce (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's'
+-- to publish with SPUBLISH (Redis Cluster); trailing empty arguments are left off.
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
 -- already given back by an earlier try of this release). Other readers' holds are never
 -- touched.
@@ -32,6 +32,6 @@ else
 end
 settle(s, now)
 if s.nreaders == 0 and not s.writer then
-  redis.call(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1] .. ':wake', s.nintents > 0 and 'all' or '')
+  redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1], s.nintents > 0 and 'all' or '')
 end
 return 1

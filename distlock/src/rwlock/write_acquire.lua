@@ -1,7 +1,7 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
--- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; ARGV[8], the setnx
--- lock's waits flag, is unused: these modes publish on every release)
+-- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
+-- ARGV[8], the setnx lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
 -- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared),
 -- ARGV[7] '1' to mint a fencing token (a tenure taken without one mints it at the first
@@ -33,7 +33,7 @@ if s.writer == owner then
   if FENCING and s.wfence < 0 then
     -- The tenure was taken without a token and this acquisition asks for one: mint it now
     -- (the owner holds the lock, so it orders after every earlier tenure's).
-    local fence, bad = mint(now_us)
+    local fence, bad = mint(KEYS[2], now_us)
     if not fence then
       settle(s, now)
       return {-1, bad}
@@ -58,7 +58,7 @@ end
 if not s.writer and s.nreaders == 0 then
   local fence, bad = -1, nil
   if FENCING then
-    fence, bad = mint(now_us)
+    fence, bad = mint(KEYS[2], now_us)
   end
   if not fence then
     -- The counter key holds the application's data; no hold was written.

@@ -1,9 +1,9 @@
 -- Take the lock: SET NX PX with the owner's token, and issue the next fencing token if asked.
 -- Without fencing the client sends the plain `SET key token NX PX ttl GET` instead and runs
 -- this script only for the rare replies that need it (its own token: a lost reply; WRONGTYPE:
--- another mode's lock or the application's data).
--- KEYS[1] lock key, KEYS[2] fencing counter (same slot); the lock's waited-for mark is
--- KEYS[1] .. ':waited' (same slot by the hash tag, made here like release.lua's)
+-- another mode's lock or the application's data). `fence.lua` comes first.
+-- KEYS[1] lock key, then (same slot, declared only when used) the fencing counter when ARGV[7]
+-- is '1', then the lock's waited-for mark when ARGV[8] is '1'
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds, ARGV[3] '1' when an earlier attempt of
 -- this acquisition may have succeeded without its reply reaching us, ARGV[4] '1' when the
 -- caller wants the holder's remaining ttl (a waiter that knows a recent one does not),
@@ -24,24 +24,11 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not fencing then
     return {1, -1}
   end
-  local fence = redis.pcall('incr', KEYS[2])
-  if type(fence) == 'table' then
+  local fence, bad = mint(KEYS[2])
+  if not fence then
     -- The counter key holds the application's data: undo our write, leave theirs alone.
     redis.call('del', KEYS[1])
-    return {-1, redis.call('type', KEYS[2]).ok .. ' at its fencing counter'}
-  end
-  -- The fence floor: a token is never below the server clock's current millisecond, in
-  -- microseconds. Every token stays at or below the clock of its time (each acquisition takes
-  -- the server more than 1 us), so a counter that went back (the first use of the name, a
-  -- counter lost in a restart without persistence, or a promoted replica that had not yet
-  -- received the latest increments) still issues a token above every earlier one, as long as
-  -- this server's clock is not behind the old one's by more than the failover took. Written
-  -- back at most once a millisecond per lock.
-  local t = redis.call('time')
-  local floor = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
-  if fence < floor then
-    fence = floor
-    redis.call('set', KEYS[2], string.format('%.0f', fence))
+    return {-1, bad}
   end
   return {1, fence}
 end
@@ -75,7 +62,7 @@ if ttl >= 0 then
     return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
   end
   if waits then
-    redis.call('set', KEYS[1] .. ':waited', '1', 'PX', math.max(ttl, 1))
+    redis.call('set', KEYS[fencing and 3 or 2], '1', 'PX', int(math.max(ttl, 1)))
   end
   return {0, ttl}
 end

@@ -14,8 +14,12 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     owner: OwnerKind::Token,
     shared: false,
     plain_acquire: true,
+    waited_mark: true,
     quorum: true,
-    acquire: crate::algorithm::Lua::new(include_str!("acquire.lua")),
+    acquire: crate::algorithm::Lua::new(concat!(
+        include_str!("../fence.lua"),
+        include_str!("acquire.lua")
+    )),
     release: crate::algorithm::Lua::new(include_str!("release.lua")),
     extend: crate::algorithm::Lua::new(include_str!("extend.lua")),
 });

@@ -14,9 +14,40 @@ pub async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.expect("connect")
 }
 
-/// The raw key a lock named `name` lives at with the default prefix.
+/// The raw key a lock named `name` lives at with the default prefix, as `distlock/src/key.rs`
+/// lays it out (restated here, so that the tests check the documented layout). Its string is
+/// also the lock's wake-up channel.
 pub fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
+    format!("distlock:{}", body(name))
+}
+
+/// How a name is written into its keys.
+fn body(name: &str) -> String {
+    let tagged = name
+        .find('{')
+        .and_then(|open| name[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    match (tagged, name.chars().next()) {
+        (true, Some('{' | '#')) => format!("#{name}"),
+        (true, _) => name.to_owned(),
+        (false, Some('{' | '}')) => format!("{{{{{name}}}"),
+        (false, _) => format!("{{{name}}}"),
+    }
+}
+
+/// The channel a lock's releases are announced on: its key's string.
+pub fn channel(name: &str) -> String {
+    lock_key(name)
+}
+
+/// The lock's fencing counter.
+pub fn fence_key(name: &str) -> String {
+    format!("distlock:#fence:{}", body(name))
+}
+
+/// The setnx lock's waited-for mark.
+pub fn waited_key(name: &str) -> String {
+    format!("distlock:#waited:{}", body(name))
 }
 
 /// The lock key's remaining ttl in ms as the server sees it (-2: no key).

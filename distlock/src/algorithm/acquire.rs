@@ -1,106 +1,33 @@
-//! What a lock mode is: three scripts with one calling convention.
-//!
-//! Every mode's scripts take the same KEYS and ARGV and answer in the same shape, so the one
-//! acquire loop, the lease, the guard and (for Redlock) the quorum layer run any mode without
-//! knowing which it is. A mode is its `.lua` files plus a `static Algorithm`.
-//!
-//! | script  | KEYS                  | ARGV             | reply                                      |
-//! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, fencing counter | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
-//! | release | lock (its channel and waited-for mark derived from it) | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
-//! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
-//!
-//! Every call names the **acquisition** it belongs to ([`HoldId`]: the owner and a nonce drawn
-//! once per acquisition), not only the owner. That makes each call idempotent, so a call whose
-//! reply was lost can simply be sent again: a retried acquire finds its own hold and counts
-//! nothing twice, a retried release finds nothing left to free. It also makes a guard from an
-//! earlier tenure harmless: its nonce is not in the owner's new hold, so its release and its
-//! renewals are refused instead of freeing or prolonging a hold that is not its own.
+//! The acquire attempt: the plain `SET .. NX PX [GET]` where it settles the attempt, the
+//! mode's acquire script otherwise, and what each reply means (see the table in the parent
+//! module).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
+use super::{evalsha, invoke, is_wrong_type, script_error, with_body, Algorithm, HoldId};
 use crate::client::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, Op};
-use crate::key::LockKey;
+use crate::key::{Kind, LockKey};
 
-/// Which acquisition a call is about: the owner (the setnx token, or client id : context for
-/// the modes that re-enter) and the acquisition's nonce (empty for setnx, whose token is
-/// already unique per acquisition).
-#[derive(Debug, Clone)]
-pub(crate) struct HoldId {
-    pub(crate) owner: Arc<str>,
-    pub(crate) nonce: Arc<str>,
-    /// Who took it (`holders::describe`), stored by the acquire script with the acquisition for
-    /// inspection; empty where the owner token already carries it (setnx).
-    pub(crate) holder: Arc<str>,
-    /// Which of a single node's connections its commands travel on (see
-    /// [`Node::lane`](crate::quorum::Node::lane)): the taking task's, so that a task's
-    /// acquisitions keep to one connection.
-    pub(crate) lane: u32,
+/// What one server was found to refuse, learnt from its answers and kept per server (a node of
+/// a quorum, or the one deployment): another server of the same process may well be newer.
+#[derive(Debug, Default)]
+pub(crate) struct ServerQuirks {
+    /// The server refused `SET .. NX .. GET` (Redis before 7.0): setnx locks for callers that
+    /// do not wait are taken there with the acquire script, which needs no newer server.
+    set_nx_get_refused: AtomicBool,
 }
 
-/// One lock mode's scripts.
-pub(crate) struct Algorithm {
-    /// The mode's name, as the macros spell it.
-    pub(crate) name: &'static str,
-    /// Who owns a hold: a fresh token per acquisition, or the task (reentrant modes).
-    pub(crate) owner: OwnerKind,
-    /// Holders may share the lock (readers): a newcomer then need not queue behind the
-    /// tasks of its process that wait, since it may get in beside the current holders.
-    pub(crate) shared: bool,
-    /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
-    /// as Redlock; the others are refused there rather than run unproven.
-    pub(crate) quorum: bool,
-    /// Without fencing, the acquire is the plain `SET key value NX PX ttl [GET]` rather than
-    /// the script (setnx: the value alone is the lock).
-    pub(crate) plain_acquire: bool,
-    pub(crate) acquire: Lua,
-    pub(crate) release: Lua,
-    pub(crate) extend: Lua,
-}
-
-/// A script and its source: sent by hash, and by source where the server lacks it.
-pub(crate) struct Lua {
-    script: Script,
-    code: &'static str,
-}
-
-impl Lua {
-    pub(crate) fn new(code: &'static str) -> Lua {
-        Lua {
-            script: Script::new(code),
-            code,
-        }
+impl ServerQuirks {
+    /// True once the server refused `SET .. NX .. GET`.
+    pub(crate) fn refuses_set_nx_get(&self) -> bool {
+        self.set_nx_get_refused.load(Ordering::Relaxed)
     }
-
-    /// The script's source, for `SCRIPT LOAD` on a server that lacks it.
-    pub(crate) fn source(&self) -> &'static str {
-        self.code
-    }
-}
-
-impl std::ops::Deref for Lua {
-    type Target = Script;
-
-    fn deref(&self) -> &Script {
-        &self.script
-    }
-}
-
-/// How a mode names the owner of a hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OwnerKind {
-    /// 126 random bits per acquisition; the same task asking again is refused client-side,
-    /// since waiting on itself would deadlock.
-    Token,
-    /// Client id plus the current [`LockContext`](crate::LockContext): the same task re-enters.
-    Context,
 }
 
 /// The answer to one acquire attempt.
@@ -137,10 +64,10 @@ pub(crate) struct AcquireCall<'a> {
     id: &'a HoldId,
     ttl_ms: u64,
     ask: Ask,
-    cmd: Cmd,
-    plain: bool,
+    pub(super) cmd: Cmd,
+    pub(super) plain: bool,
     /// The plain command carries `GET` (a caller that does not wait).
-    get: bool,
+    pub(super) get: bool,
 }
 
 impl Algorithm {
@@ -155,18 +82,18 @@ impl Algorithm {
     /// else's, so that a busy lock costs one round trip; the rare answers that need more are
     /// settled by a follow-up, see [`send_acquire`](Self::send_acquire). `GET` costs the
     /// server about 900 instructions per acquisition (callgrind), a waiter has no use for
-    /// it. Every other case runs the mode's acquire script.
+    /// it. Every other case runs the mode's acquire script, as does every call where the
+    /// server refused `GET` before (`get_refused`, see [`ServerQuirks`]).
     pub(crate) fn acquire_cmd<'a>(
         &self,
         key: &'a LockKey,
         id: &'a HoldId,
         ttl_ms: u64,
         ask: Ask,
+        get_refused: bool,
     ) -> AcquireCall<'a> {
         let get = !ask.waits;
-        let plain = self.plain_acquire
-            && !ask.fencing
-            && !(get && SET_NX_GET_REFUSED.load(Ordering::Relaxed));
+        let plain = self.plain_acquire && !ask.fencing && !(get && get_refused);
         let cmd = if plain {
             let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
             cmd.arg("SET")
@@ -194,13 +121,32 @@ impl Algorithm {
     }
 
     /// The acquire script's call (see the table above).
-    fn acquire_script_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64, ask: Ask) -> Cmd {
+    pub(super) fn acquire_script_cmd(
+        &self,
+        key: &LockKey,
+        id: &HoldId,
+        ttl_ms: u64,
+        ask: Ask,
+    ) -> Cmd {
         let flag = |on: bool| if on { "1" } else { "0" };
-        let bytes = 2 * key.lock().len() + id.owner.len() + id.nonce.len() + id.holder.len() + 36;
-        let mut cmd = evalsha(&self.acquire, 2, 9 + usize::from(ask.waits), bytes);
-        cmd.arg(key.lock())
-            .arg(key.fence_arg())
-            .arg(&*id.owner)
+        let marks = ask.waits && self.waited_mark;
+        let keys = 1 + usize::from(ask.fencing) + usize::from(marks);
+        let bytes =
+            keys * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
+        let mut cmd = evalsha(
+            &self.acquire,
+            keys,
+            keys + 7 + usize::from(ask.waits),
+            bytes,
+        );
+        cmd.arg(key.lock());
+        if ask.fencing {
+            cmd.arg(key.helper_arg(Kind::Fence));
+        }
+        if marks {
+            cmd.arg(key.helper_arg(Kind::Waited));
+        }
+        cmd.arg(&*id.owner)
             .arg(ttl_ms)
             .arg(flag(ask.unsure))
             .arg(flag(ask.want_holder_ttl))
@@ -233,6 +179,7 @@ impl Algorithm {
         &self,
         conn: &mut C,
         call: &AcquireCall<'_>,
+        server: &ServerQuirks,
     ) -> Result<Attempt, Error> {
         let key = call.key;
         if !call.plain {
@@ -249,7 +196,7 @@ impl Algorithm {
             }
             // A server older than 7.0 refuses NX with GET: its script does the same work.
             Err(e) if is_syntax_error(&e) => {
-                SET_NX_GET_REFUSED.store(true, Ordering::Relaxed);
+                server.set_nx_get_refused.store(true, Ordering::Relaxed);
                 return Box::pin(self.settle_by_script(conn, call, false)).await;
             }
             Err(e) => return Err(Error::redis(Op::Acquire, key.name(), e)),
@@ -307,17 +254,18 @@ impl Algorithm {
         parse_acquire(self.name, call.key, reply)
     }
 
-    /// One acquire attempt on one connection.
+    /// One acquire attempt on one connection to `server`.
     pub(crate) async fn try_acquire<C: ConnectionLike>(
         &self,
         conn: &mut C,
+        server: &ServerQuirks,
         key: &LockKey,
         id: &HoldId,
         ttl_ms: u64,
         ask: Ask,
     ) -> Result<Attempt, Error> {
-        let call = self.acquire_cmd(key, id, ttl_ms, ask);
-        self.send_acquire(conn, &call).await
+        let call = self.acquire_cmd(key, id, ttl_ms, ask, server.refuses_set_nx_get());
+        self.send_acquire(conn, &call, server).await
     }
 
     /// One acquire attempt followed by `WAIT count timeout` in one pipeline: both travel on
@@ -401,149 +349,6 @@ impl Algorithm {
                 .into(),
         ))
     }
-
-    /// The release as a command: gives the acquisition back if it is still held. `wake` is
-    /// what a setnx release publishes: empty, or on a quorum an id unique to this release
-    /// call, which waiters hearing it from several nodes count once (one acquisition may be
-    /// given back more than once: a failed quorum attempt, then the final release).
-    /// `sharded`: publish with `SPUBLISH` (Redis Cluster), else `PUBLISH`. `listening`:
-    /// waiters of this client listen, so a setnx release publishes even if the lock is not
-    /// marked as waited for (they queued behind a local attempt, and never marked it).
-    pub(crate) fn release_cmd(
-        &self,
-        key: &LockKey,
-        id: &HoldId,
-        wake: &str,
-        sharded: bool,
-        listening: bool,
-    ) -> Cmd {
-        let args = [
-            id.owner.as_bytes(),
-            id.nonce.as_bytes(),
-            wake.as_bytes(),
-            if sharded { &b"s"[..] } else { b"" },
-            if listening { &b"1"[..] } else { b"" },
-        ];
-        // The script reads a missing argument as empty; each one sent costs the server work
-        // on every release (see setnx/release.lua).
-        let sent = args
-            .iter()
-            .rposition(|a| !a.is_empty())
-            .map_or(0, |i| i + 1);
-        let bytes = key.lock().len() + args.iter().map(|a| a.len()).sum::<usize>();
-        let mut cmd = evalsha(&self.release, 1, 1 + sent, bytes);
-        cmd.arg(key.lock());
-        for arg in &args[..sent] {
-            cmd.arg(*arg);
-        }
-        cmd
-    }
-
-    /// Sends a [`release_cmd`](Self::release_cmd); `false` when the lock was not ours
-    /// (expired or taken).
-    pub(crate) async fn send_release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LockKey,
-        cmd: &Cmd,
-    ) -> Result<bool, Error> {
-        let n: i64 = invoke(&self.release, cmd, conn)
-            .await
-            .map_err(|e| script_error(Op::Release, key, e))?;
-        Ok(n == 1)
-    }
-
-    /// Gives the acquisition back if it is still held; `false` when it was not (expired,
-    /// taken, or given back by an earlier try).
-    pub(crate) async fn try_release<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LockKey,
-        id: &HoldId,
-        sharded: bool,
-        listening: bool,
-    ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, id, "", sharded, listening);
-        self.send_release(conn, key, &cmd).await
-    }
-
-    /// The extension as a command: makes the lease last at least `ttl_ms` from now if the
-    /// acquisition is still held.
-    pub(crate) fn extend_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64) -> Cmd {
-        let bytes = key.lock().len() + id.owner.len() + id.nonce.len() + 24;
-        let mut cmd = evalsha(&self.extend, 1, 4, bytes);
-        cmd.arg(key.lock())
-            .arg(&*id.owner)
-            .arg(ttl_ms)
-            .arg(&*id.nonce);
-        cmd
-    }
-
-    /// Sends an [`extend_cmd`](Self::extend_cmd): the lease the server now holds, or `None`
-    /// when the acquisition is no longer held.
-    pub(crate) async fn send_extend<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LockKey,
-        cmd: &Cmd,
-    ) -> Result<Option<Duration>, Error> {
-        let ms: i64 = invoke(&self.extend, cmd, conn)
-            .await
-            .map_err(|e| script_error(Op::Extend, key, e))?;
-        Ok(renewed_lease(ms))
-    }
-
-    /// Makes the lease last at least `ttl_ms` from now if the acquisition is still held; the
-    /// lease the server now holds, or `None` when it was not held.
-    pub(crate) async fn try_extend<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        key: &LockKey,
-        id: &HoldId,
-        ttl_ms: u64,
-    ) -> Result<Option<Duration>, Error> {
-        let cmd = self.extend_cmd(key, id, ttl_ms);
-        self.send_extend(conn, key, &cmd).await
-    }
-}
-
-/// `EVALSHA <sha> <numkeys>`, with room for `args` more arguments of about `bytes` in all.
-/// Built directly rather than through `redis::Script::key/arg`, which copies every argument
-/// into a vector of its own and then again into the command: about a dozen allocations per
-/// call on the hot path, for nothing.
-fn evalsha(script: &Lua, numkeys: usize, args: usize, bytes: usize) -> Cmd {
-    let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
-    cmd
-}
-
-/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` sends the script itself
-/// ([`with_body`]), which also caches it on that server for the next `EVALSHA`.
-async fn invoke<C: ConnectionLike, T: FromRedisValue>(
-    script: &Lua,
-    cmd: &Cmd,
-    conn: &mut C,
-) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            with_body(script, cmd).query_async(conn).await
-        }
-        other => other,
-    }
-}
-
-/// The `EVALSHA <sha> ...` command `cmd` as `EVAL <script> ...`. Routed like the `EVALSHA`
-/// (by its first key), so on a Redis Cluster it reaches exactly the server that lacked the
-/// script, where a `SCRIPT LOAD` would go to every node and fail while any one is down.
-pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(script.code);
-    for arg in cmd.args_iter().skip(2) {
-        if let redis::Arg::Simple(bytes) = arg {
-            eval.arg(bytes);
-        }
-    }
-    eval
 }
 
 fn short_reply() -> redis::RedisError {
@@ -552,14 +357,6 @@ fn short_reply() -> redis::RedisError {
         "a pipeline answered with fewer replies than commands",
     )
         .into()
-}
-
-/// An extend script's reply: the remaining lease in ms, or 0 when not held.
-pub(crate) fn renewed_lease(ms: i64) -> Option<Duration> {
-    u64::try_from(ms)
-        .ok()
-        .filter(|&ms| ms > 0)
-        .map(Duration::from_millis)
 }
 
 pub(crate) fn parse_acquire(
@@ -611,18 +408,8 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// True for Redis's WRONGTYPE error: the key holds a value of another type.
-/// Set once a server refused `SET .. NX .. GET` (Redis before 7.0): from then on this process
-/// takes setnx locks for callers that do not wait with the acquire script, which needs no
-/// newer server (waiters send no `GET`).
-static SET_NX_GET_REFUSED: AtomicBool = AtomicBool::new(false);
-
 fn is_syntax_error(e: &redis::RedisError) -> bool {
     e.to_string().contains("syntax error")
-}
-
-fn is_wrong_type(e: &redis::RedisError) -> bool {
-    e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE")
 }
 
 /// True when a string value has the shape of a setnx lock's (see
@@ -634,105 +421,4 @@ fn is_lock_value(value: &[u8]) -> bool {
         && value[..token]
             .iter()
             .all(|c| crate::holders::ALPHABET.contains(c))
-}
-
-/// Maps a failed script call, turning Redis's WRONGTYPE (a helper key of the lock holds the
-/// application's own data) into [`Error::WrongType`].
-pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
-    if is_wrong_type(&e) {
-        return Error::WrongType {
-            key: key.name().to_owned(),
-            found: "value of another type".to_owned(),
-        };
-    }
-    Error::redis(op, key.name(), e)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
-        cmd.args_iter()
-            .skip(2) // EVALSHA and the hash
-            .map(|a| match a {
-                redis::Arg::Simple(bytes) => bytes.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect()
-    }
-
-    fn id(nonce: &str) -> HoldId {
-        HoldId {
-            owner: Arc::from("t0k3n"),
-            nonce: Arc::from(nonce),
-            holder: Arc::from(""),
-            lane: 0,
-        }
-    }
-
-    #[test]
-    fn only_a_waiting_acquire_sends_the_waits_flag() {
-        let setnx = &crate::setnx::SETNX;
-        let key = LockKey::new("p", b"k", 64).unwrap();
-        let ask = |waits| Ask {
-            unsure: false,
-            want_holder_ttl: true,
-            waits,
-            fencing: false,
-        };
-        let once = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(false)));
-        assert_eq!(once.len(), 1 + 2 + 7, "{once:?}");
-        let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true)));
-        assert_eq!(waiting[..once.len()], once[..]);
-        assert_eq!(waiting[once.len()..], [b"1".to_vec()]);
-    }
-
-    #[test]
-    fn only_an_acquire_that_does_not_wait_asks_set_for_the_old_value() {
-        let setnx = &crate::setnx::SETNX;
-        let key = LockKey::new("p", b"k", 64).unwrap();
-        let id = id("");
-        let ask = |waits| Ask {
-            unsure: false,
-            want_holder_ttl: true,
-            waits,
-            fencing: false,
-        };
-        let words = |waits| -> Vec<Vec<u8>> {
-            let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits));
-            assert!(call.plain && call.get != waits);
-            call.cmd
-                .args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(bytes) => bytes.to_vec(),
-                    _ => Vec::new(),
-                })
-                .collect()
-        };
-        let set = [&b"SET"[..], b"p:{k}", b"t0k3n", b"NX", b"PX", b"1000"];
-        assert_eq!(words(true), set);
-        assert_eq!(words(false)[..6], set);
-        assert_eq!(words(false)[6..], [b"GET".to_vec()]);
-    }
-
-    #[test]
-    fn a_release_leaves_off_its_trailing_empty_arguments_only() {
-        let setnx = &crate::setnx::SETNX;
-        let key = LockKey::new("p", b"k", 64).unwrap();
-        let plain = setnx.release_cmd(&key, &id(""), "", false, false);
-        assert_eq!(args(&plain), [&b"1"[..], b"p:{k}", b"t0k3n"]);
-        let listening = setnx.release_cmd(&key, &id(""), "", false, true);
-        assert_eq!(
-            args(&listening),
-            [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"", b"", b"1"]
-        );
-        let quorum = setnx.release_cmd(&key, &id(""), "w1", false, false);
-        assert_eq!(args(&quorum), [&b"1"[..], b"p:{k}", b"t0k3n", b"", b"w1"]);
-        let sharded = setnx.release_cmd(&key, &id("n"), "", true, false);
-        assert_eq!(
-            args(&sharded),
-            [&b"1"[..], b"p:{k}", b"t0k3n", b"n", b"", b"s"]
-        );
-    }
 }
