@@ -27,7 +27,7 @@ use crate::model::AttrKind;
 /// Runs the fn body while holding an exclusive distributed lock.
 ///
 /// ```rust,ignore
-/// #[distributed_lock(key = "order:<id>", ttl = "10s", mode = "redlock")]
+/// #[distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s")]
 /// async fn pay(id: u64, amount: u64) -> Result<Receipt, AppError> {
 ///     // at most one caller per order id runs this, across all processes
 /// }
