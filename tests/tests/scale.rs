@@ -6,10 +6,13 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
 
+use common::as_other_owner;
 use distlock::{Client, Guard};
 use distlock_testkit::{own_cpu_time, RedisServer, RedisServers};
 
@@ -113,4 +116,99 @@ async fn scale_a_hundred_thousand_leases_on_one_node_held_20s() {
     let locks = Client::connect(&server.url()).await.expect("connect");
     let ttl = Duration::from_secs(6);
     hold_and_report(&locks, "single", 100_000, ttl, Duration::from_secs(20)).await;
+}
+
+/// Commands the server has run, its scripts' own included, less those of the test's readings
+/// (`INFO` and each reading connection's set-up).
+fn commands(server: &RedisServer) -> u64 {
+    let mut stats = server.commandstats();
+    for reading in ["info", "hello", "client|setinfo"] {
+        stats.remove(reading);
+    }
+    stats.values().sum()
+}
+
+/// Reads the server's command count every 50 ms until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl Sampler {
+    fn start(server: &Arc<RedisServer>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (server, stopping) = (server.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut samples = vec![commands(&server)];
+            while !stopping.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                samples.push(commands(&server));
+            }
+            samples
+        });
+        Sampler { stop, thread }
+    }
+
+    /// Stops; returns the commands run meanwhile and the most run between two readings.
+    fn stop(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self.thread.join().expect("sampler");
+        let most = samples.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        (samples[samples.len() - 1] - samples[0], most)
+    }
+}
+
+/// `n` waiters of one client wait for a lock another client holds for `hold` (ttl 2 s, so
+/// the waiters' fallback, the holder's lease as last seen, runs out every 2 s or so while the
+/// holder renews it). Asserts that the server ran fewer commands meanwhile than there are
+/// waiters, in no burst, and that every waiter is served after the release.
+async fn crowd(n: usize, hold: Duration) {
+    let server = Arc::new(RedisServer::start());
+    let holder = Client::connect(&server.url()).await.expect("connect");
+    let locks = Client::connect(&server.url()).await.expect("connect");
+    let held = holder
+        .lock("crowd")
+        .ttl(Duration::from_secs(2))
+        .try_acquire()
+        .await
+        .expect("free");
+    let sampler = Sampler::start(&server);
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                let g = locks
+                    .lock("crowd")
+                    .wait(Duration::from_secs(120))
+                    .acquire()
+                    .await?;
+                g.release().await
+            }))
+        })
+        .collect();
+    tokio::time::sleep(hold).await;
+    let (used, burst) = sampler.stop();
+    let released = Instant::now();
+    held.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("task").expect("every waiter is served");
+    }
+    println!(
+        "{n} waiters: {used} server commands while the lock was held {hold:?} \
+         (at most {burst} in 50 ms); all served {:.1?} after the release",
+        released.elapsed()
+    );
+    assert!(
+        used < n as u64,
+        "{used} commands for {n} waiters while the lock was held"
+    );
+    assert!(burst < 200, "{burst} commands in 50 ms");
+}
+
+/// 2,000 waiters of one process cost the server a few attempts per fallback period while the
+/// lock is held elsewhere. They all woke when the holder's lease as last seen ran out, and
+/// all attempted at once: about 6 server commands per waiter per period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_waiters_cost_the_server_no_burst_while_the_lock_is_held() {
+    crowd(2_000, Duration::from_secs(7)).await;
 }
