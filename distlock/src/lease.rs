@@ -43,6 +43,13 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// When a lease granted for `ttl` on a request sent at `sent` stops being trustworthy, on the
+/// monotonic clock: for comparing leases (the guard's own deadline is kept on the boot clock,
+/// see [`LeaseState`]).
+pub(crate) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + trusted(ttl)
+}
+
 /// How much of a lease of `ttl` is trusted: the server started its `PX` countdown after the
 /// request was sent, and its clock may run a little fast.
 fn trusted(ttl: Duration) -> Duration {
@@ -162,7 +169,16 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// The deadline, on [`boot_now`]'s clock, of a lease of `ttl` granted on a request sent at
 /// `sent`.
 fn boot_deadline(sent: Instant, ttl: Duration) -> Duration {
-    boot_now().saturating_sub(sent.elapsed()) + trusted(ttl)
+    boot_of(sent) + trusted(ttl)
+}
+
+/// The instant `t` on [`boot_now`]'s clock.
+fn boot_of(t: Instant) -> Duration {
+    let (now, boot) = (Instant::now(), boot_now());
+    match t.checked_duration_since(now) {
+        Some(ahead) => boot + ahead,
+        None => boot.saturating_sub(now - t),
+    }
 }
 
 /// Time on a clock that keeps counting while the host is suspended: `CLOCK_BOOTTIME` on

@@ -167,6 +167,7 @@ mod key;
 mod lease;
 mod lock;
 mod notify;
+mod probe;
 mod quorum;
 mod reentrant;
 mod rwlock;

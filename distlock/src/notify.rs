@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 
 use crate::handoff::{self, OpenSlot, Terms, Transfer};
 use crate::key::{lock_of_channel, LockKey};
+use crate::probe::Probing;
 use crate::quorum::{until_answered, Nodes};
 
 /// The payload a release script publishes to wake every waiter instead of one.
@@ -88,6 +89,8 @@ struct Channel {
     /// permit, not one per waiter), and must know to try again (see
     /// [`Subscription::wake_alls`]).
     wake_alls: AtomicU64,
+    /// The attempt one local waiter makes for the others (see [`Probing`]).
+    probing: Arc<Probing>,
 }
 
 impl handoff::HasQueue for Channel {
@@ -109,6 +112,7 @@ impl Channel {
             dropped: AtomicBool::new(false),
             handoff: handoff::Queue::default(),
             wake_alls: AtomicU64::new(0),
+            probing: Arc::default(),
         })
     }
 }
@@ -548,6 +552,11 @@ impl Subscription {
     /// subscription reached nobody here.
     pub(crate) fn wake_alls(&self) -> u64 {
         self.ch.wake_alls.load(Ordering::Acquire)
+    }
+
+    /// The lock's probe among this process's waiters.
+    pub(crate) fn probing(&self) -> &Arc<Probing> {
+        &self.ch.probing
     }
 
     /// Sleeps until a release is published (true) or `fallback` passes (false). Returns true

@@ -5,15 +5,24 @@
 //! by the holder's remaining lease, which the acquire script returns: the lock is free by then
 //! at the latest, so a lost message costs at most that, never a stall. If subscribing fails
 //! (the connection is down), the waiter falls back to jittered exponential backoff.
+//!
+//! The waiters of one process that wait for one lock share what they learn of the holder's
+//! lease, so they would all wake when it ends. The first whose sleep runs out attempts for all
+//! of them (a [`Probe`]); the others wait for its outcome, and sleep on to the holder's new
+//! lease end if it found the lock still held. Each process wakes a random moment after that
+//! end (up to [`SPREAD`] of the lease, at most [`MAX_SPREAD`]), so the processes that saw the
+//! same end do not attempt together either. While a lock is held elsewhere, its waiters cost
+//! Redis one attempt per process per lease, however many they are.
 
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::handoff::{Terms, Transfer};
+use crate::handoff::{OpenSlot, Terms, Transfer};
 use crate::key::LockKey;
 use crate::lease::after;
 use crate::notify::{Arrival, InFlight, Notifier, Subscription};
+use crate::probe::Probe;
 
 /// First pause of the fallback backoff, used while no subscription is possible.
 const FIRST_PAUSE: Duration = Duration::from_millis(2);
@@ -21,6 +30,14 @@ const FIRST_PAUSE: Duration = Duration::from_millis(2);
 const MAX_PAUSE: Duration = Duration::from_millis(64);
 /// Sleep cap when the holder's remaining lease is unknown.
 const UNKNOWN_HOLDER: Duration = Duration::from_millis(250);
+/// Waking after the holder's lease ends is spread over up to this fraction of the lease...
+const SPREAD: u32 = 16;
+/// ...and at most this much.
+const MAX_SPREAD: Duration = Duration::from_secs(1);
+/// How long a waiter waits for a probe's outcome before it attempts itself (up to twice this,
+/// at random): a probe is an attempt, answered or failed within the response timeout, unless
+/// its caller stopped polling it.
+const PROBE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The state of one caller's wait for one lock.
 pub(crate) struct Waiter<'a> {
@@ -29,6 +46,8 @@ pub(crate) struct Waiter<'a> {
     subscription: Option<Subscription>,
     /// Marks this caller's first attempt as in flight, so local newcomers queue behind it.
     in_flight: Option<InFlight>,
+    /// Held while this caller attempts for the local waiters whose sleep ran out.
+    probe: Option<Probe>,
     backoffs: u32,
     /// Set when this caller takes a hold handed by a local holder (see [`crate::handoff`]).
     terms: Option<Terms>,
@@ -58,6 +77,7 @@ impl<'a> Waiter<'a> {
             key: key.clone(),
             subscription: None,
             in_flight: None,
+            probe: None,
             backoffs: 0,
             terms,
             handed: None,
@@ -145,6 +165,8 @@ impl<'a> Waiter<'a> {
             }
         }
         self.in_flight = None;
+        // A probe that failed leaves the next attempt to another waiter.
+        self.probe = None;
         if failed && self.backoffs == 0 {
             // A lost connection (a reset, a restart) is usually back within a loopback round
             // trip, and the next request waits for the reconnection by itself: retry at once,
@@ -214,9 +236,17 @@ impl<'a> Waiter<'a> {
             self.subscription = Some(sub);
             return true;
         }
-        if holder_known {
+        let cap = if holder_known {
+            let cap =
+                cap + rand::rng().random_range(Duration::ZERO..=(cap / SPREAD).min(MAX_SPREAD));
             sub.holder_seen(cap);
-        }
+            cap
+        } else {
+            cap
+        };
+        // The holder's new lease end is known to the other local waiters now (or this attempt
+        // found none): they may go on.
+        self.probe = None;
         let now = Instant::now();
         // `left` is Duration::MAX for a caller that waits without limit.
         let deadline = after(now, cap.min(left));
@@ -224,29 +254,41 @@ impl<'a> Waiter<'a> {
         let mut until = deadline;
         // A local holder may hand the lock over instead of releasing it: wait for that too.
         let mut slot = self.terms.clone().map(|terms| sub.open_slot(terms));
-        // Sleep until woken, or until the holder's lease must have ended. Another local
-        // waiter may learn a later end meanwhile (a queued newcomer starts from a guess):
-        // then keep sleeping rather than strike Redis for nothing.
+        let mut probed = false;
+        // Sleep until woken, or until the holder's lease must have ended.
         let woken = loop {
             let fallback = until.saturating_duration_since(Instant::now());
-            let woken = match slot.as_mut() {
-                Some(slot) => tokio::select! {
-                    biased;
-                    transfer = slot.handed() => {
-                        self.handed = Some(Box::new(transfer));
-                        true
-                    }
-                    woken = sub.released(fallback, self.attempt_rejoins) => woken,
-                },
-                None => sub.released(fallback, self.attempt_rejoins).await,
-            };
-            if woken {
+            if self.heard(&sub, slot.as_mut(), fallback, false).await {
                 break true;
             }
-            match sub.holder_until() {
-                Some(later) if later > until && later < end => until = later,
-                _ => break false,
+            if Instant::now() >= end {
+                break false;
             }
+            // Another local waiter may have learned a later end meanwhile (a queued newcomer
+            // starts from a guess, and a probe may have found the lock still held): keep
+            // sleeping rather than strike Redis for nothing.
+            if let Some(later) = sub.holder_until().filter(|&later| later > until) {
+                until = later.min(end);
+                continue;
+            }
+            // Holders may share the lock: a probe that got in may have let everyone in.
+            if self.shared && probed {
+                break false;
+            }
+            if let Some(probe) = sub.probing().claim() {
+                self.probe = Some(probe);
+                break false;
+            }
+            let patience = rand::rng().random_range(PROBE_PATIENCE..=2 * PROBE_PATIENCE);
+            let asked = Instant::now();
+            let wait = end.saturating_duration_since(asked).min(patience);
+            if self.heard(&sub, slot.as_mut(), wait, true).await {
+                break true;
+            }
+            if asked.elapsed() >= patience {
+                break false;
+            }
+            probed = true;
         };
         // A hold handed over just as this sleep ended is ours all the same.
         if let Some(transfer) = slot.and_then(|slot| slot.close()) {
@@ -263,5 +305,38 @@ impl<'a> Waiter<'a> {
         }
         self.subscription = Some(sub);
         true
+    }
+
+    /// Sleeps until a release is heard, a local holder hands this caller the lock (both: true)
+    /// or `fallback` passes (false); with `until_probed`, until no probe is out at the latest.
+    async fn heard(
+        &mut self,
+        sub: &Subscription,
+        slot: Option<&mut OpenSlot>,
+        fallback: Duration,
+        until_probed: bool,
+    ) -> bool {
+        let rejoins = self.attempt_rejoins;
+        let released = async {
+            if until_probed {
+                tokio::select! {
+                    woken = sub.released(fallback, rejoins) => woken,
+                    _ = sub.probing().over() => false,
+                }
+            } else {
+                sub.released(fallback, rejoins).await
+            }
+        };
+        match slot {
+            Some(slot) => tokio::select! {
+                biased;
+                transfer = slot.handed() => {
+                    self.handed = Some(Box::new(transfer));
+                    true
+                }
+                woken = released => woken,
+            },
+            None => released.await,
+        }
     }
 }

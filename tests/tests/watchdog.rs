@@ -2,12 +2,17 @@
 
 mod common;
 
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{as_other_owner, client, lock_key, pttl};
 use distlock::{Client, Error};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{FaultProxy, RedisServer, RedisServers};
 use redis::AsyncCommands;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 /// Script calls the server has executed (acquire, renew and release all are scripts).
 fn script_calls(server: &RedisServer) -> u64 {
@@ -211,4 +216,117 @@ async fn a_thousand_held_locks_are_renewed_in_one_round_trip_per_tick() {
         g.release().await.expect("release");
     }
     assert_eq!(locks.renewing(), 0);
+}
+
+/// A quorum renewal that a node answers after the node timeout still proves the lease that
+/// node holds: with one node of three down and another answering every renewal late, the
+/// late answers make the majority. They were discarded as too late, so every renewal failed
+/// and each lease was lost when it ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_answered_after_the_node_timeout_still_counts() {
+    let mut servers = RedisServers::start(2);
+    let slow = RedisServer::start();
+    let proxy = FaultProxy::start_for(&slow);
+    let node_timeout = Duration::from_millis(100);
+    let locks = Client::quorum_builder([servers[0].url(), servers[1].url(), proxy.url()])
+        .node_timeout(node_timeout)
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect to the quorum");
+    let ttl = Duration::from_secs(2);
+    // An acquisition returns at a majority's grant and drops the slowest request, which may
+    // not have left yet: keep the locks taken on both nodes that stay up, the ones that can
+    // live on once the third is gone.
+    let mut both = Vec::new();
+    for i in 0..1_000 {
+        if both.len() == 20 {
+            break;
+        }
+        let g = locks.lock(format!("late:{i}")).ttl(ttl).try_acquire().await;
+        let g = g.expect("free");
+        let key = lock_key(g.name());
+        let mut on = 0;
+        for server in [&servers[0], &slow] {
+            let mut conn = server.async_connection().await;
+            on += conn.exists::<_, usize>(&key).await.expect("EXISTS");
+        }
+        if on == 2 {
+            both.push(g);
+        } else {
+            g.release().await.expect("release");
+        }
+    }
+    assert_eq!(both.len(), 20, "locks taken on both nodes");
+    servers[1].kill();
+    proxy.reply_latency(3 * node_timeout);
+    // Renewals every ttl/3, each answered late by the slow node: several leases' worth.
+    tokio::time::sleep(ttl * 5 / 2).await;
+    let lost = both.iter().filter(|g| !g.is_held()).count();
+    assert_eq!(lost, 0, "leases lost out of 20");
+    proxy.reply_latency(Duration::ZERO);
+    for g in both {
+        g.release().await.expect("release");
+    }
+}
+
+/// The messages of the WARN events traced on this thread while the guard lives (a
+/// current-thread runtime runs the client's tasks on it too).
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl Warnings {
+    fn capture() -> (Warnings, tracing::subscriber::DefaultGuard) {
+        let warnings = Warnings::default();
+        let subscriber = tracing_subscriber::registry().with(warnings.clone());
+        (warnings, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Warnings {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        struct Message<'a>(&'a mut String);
+        impl Visit for Message<'_> {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    let _ = write!(self.0, "{value:?}");
+                }
+            }
+        }
+        if *event.metadata().level() == Level::WARN {
+            let mut message = String::new();
+            event.record(&mut Message(&mut message));
+            self.0.lock().unwrap().push(message);
+        }
+    }
+}
+
+/// A fresh server has only the scripts it ran: the first renewal finds no extend script. The
+/// watchdog loads it and renews in the same tick; that is no failed renewal, and nothing is
+/// logged. It logged "lease renewal failed" at WARN, although the lease was kept.
+#[tokio::test]
+async fn the_first_renewal_on_a_fresh_server_loads_the_script_without_a_warning() {
+    let server = RedisServer::start();
+    let (warnings, _guard) = Warnings::capture();
+    let locks = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let g = locks
+        .lock("fresh")
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .expect("free");
+    let calls = script_calls(&server);
+    // Several renewal periods (ttl/3 each).
+    tokio::time::sleep(2 * ttl).await;
+    assert!(g.is_held());
+    assert!(script_calls(&server) >= calls + 2, "renewed");
+    let loads = server.commandstats().get("script|load").copied();
+    assert!(loads >= Some(1), "the server lacked the script: {loads:?}");
+    assert_eq!(warnings.all(), Vec::<String>::new());
+    g.release().await.expect("release");
 }

@@ -1,0 +1,124 @@
+//! Renewals on a Redis Cluster: a pipeline per master.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::send::{answer, noscript};
+use super::{dedup_algorithms, Due, NodeReplies};
+use crate::conn::{Conn, SlotOwners};
+
+/// Renews a chunk on a Redis Cluster: one pipeline per master, all at once (a pipeline goes
+/// to one node; which master serves which slot comes from [`SlotOwners`]). Slots the map
+/// does not know get a pipeline each, routed by slot. A renewal the master refused with an
+/// error (the slot moved or is migrating, or a promoted replica lacks the script) is sent
+/// again alone, through the routing that follows redirections and sends the script's source
+/// where it is missing, and the map is read again before the next chunk. Returns the answers
+/// and the number of pipelines sent.
+pub(super) async fn renew(
+    conn: &Conn,
+    chunk: &[Due],
+    owners: &tokio::sync::Mutex<SlotOwners>,
+) -> (NodeReplies, u64) {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Target {
+        Master(String, u16),
+        Slot(u16),
+    }
+    let mut owners = owners.lock().await;
+    if owners.needs_reading() {
+        owners.read(&mut conn.clone()).await;
+    }
+    let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
+    for (i, d) in chunk.iter().enumerate() {
+        let slot = d.key.slot();
+        let target = match owners.owner(slot) {
+            Some((host, port)) => Target::Master(host.to_owned(), port),
+            None => Target::Slot(slot),
+        };
+        groups.entry(target).or_default().push(i);
+    }
+    let pipelines = groups.len() as u64;
+    let misrouted = AtomicBool::new(false);
+    let misrouted = &misrouted;
+    let per_group = groups.into_iter().map(|(target, indices)| async move {
+        let mut conn = conn.clone();
+        let send = |conn: &mut Conn, indices: &[usize]| {
+            let mut pipe = redis::Pipeline::with_capacity(indices.len());
+            for &i in indices {
+                let d = &chunk[i];
+                pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
+            }
+            let mut conn = conn.clone();
+            let target = &target;
+            async move {
+                match target {
+                    Target::Master(host, port) => conn.pipeline_to_node(&pipe, host, *port).await,
+                    Target::Slot(slot) => conn.pipeline_to_slot(&pipe, *slot).await,
+                }
+            }
+        };
+        let Ok(mut values) = send(&mut conn, &indices).await else {
+            misrouted.store(true, Ordering::Relaxed);
+            return indices.into_iter().map(|i| (i, None)).collect::<Vec<_>>();
+        };
+        // A master that never ran the extend script (only acquisitions so far), or a promoted
+        // replica, answers NOSCRIPT: load the scripts there once and send those again together.
+        let missing: Vec<usize> = (0..indices.len())
+            .filter(|&k| noscript(&values[k]))
+            .collect();
+        if !missing.is_empty() {
+            let algorithms = dedup_algorithms(
+                missing
+                    .iter()
+                    .map(|&k| chunk[indices[k]].algorithm)
+                    .collect(),
+            );
+            let mut load = redis::Pipeline::new();
+            for algorithm in algorithms {
+                load.cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(algorithm.extend.source());
+            }
+            let loaded = match &target {
+                Target::Master(host, port) => conn.pipeline_to_node(&load, host, *port).await,
+                Target::Slot(slot) => conn.pipeline_to_slot(&load, *slot).await,
+            };
+            let again: Vec<usize> = missing.iter().map(|&k| indices[k]).collect();
+            if let (Ok(_), Ok(retried)) = (loaded, send(&mut conn, &again).await) {
+                for (&k, value) in missing.iter().zip(retried) {
+                    values[k] = value;
+                }
+            }
+        }
+        // Any other error (the slot moved or is migrating): that renewal alone again, through
+        // the routing that follows redirections; all such at once.
+        let answers = indices.into_iter().zip(values).map(|(i, value)| {
+            let mut conn = conn.clone();
+            async move {
+                let answer = match value {
+                    redis::Value::ServerError(_) => {
+                        misrouted.store(true, Ordering::Relaxed);
+                        let d = &chunk[i];
+                        let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
+                        d.algorithm.send_extend(&mut conn, &d.key, &cmd).await.ok()
+                    }
+                    value => answer(value),
+                };
+                (i, answer)
+            }
+        });
+        futures_util::future::join_all(answers).await
+    });
+    let mut replies = vec![None; chunk.len()];
+    for (i, answer) in futures_util::future::join_all(per_group)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        replies[i] = answer;
+    }
+    if misrouted.load(Ordering::Relaxed) {
+        owners.mark_stale();
+    }
+    (replies, pipelines)
+}

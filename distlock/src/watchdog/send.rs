@@ -1,0 +1,119 @@
+//! A node's sender: its queue of renewals as pipelines, one outstanding at a time.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::{cluster, dedup_algorithms, Due, NodeReplies, Shared};
+
+/// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
+const RETRY_AFTER: Duration = Duration::from_millis(50);
+use crate::algorithm::renewed_lease;
+use crate::conn::Conn;
+use crate::quorum::{Node, Nodes};
+
+/// Sends node `i`'s queue, a chunk at a time, for ever.
+///
+/// Only one pipeline is outstanding per node: a server that falls behind is not sent more
+/// while it works through what it has, and a renewal it answers late still counts (see
+/// [`super::Entry::judge`]). The answer is awaited as long as it can prove anything: past the
+/// longest lease in the chunk, a proof would have run out before it arrived. After a chunk
+/// with failures the node is left alone for [`RETRY_AFTER`] before the renewals that still
+/// need it are sent again.
+pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
+    let node = &nodes.nodes[i];
+    loop {
+        let chunk = shared.table().take(i);
+        if chunk.is_empty() {
+            shared.work[i].notified().await;
+            continue;
+        }
+        let sent = Instant::now();
+        let longest = chunk.iter().map(|d| d.ttl_ms).max().unwrap_or(0);
+        let worth_until = crate::lease::after(sent, Duration::from_millis(longest));
+        let replies = if node.trusted() {
+            tokio::time::timeout_at(worth_until.into(), renew(shared, node, &chunk))
+                .await
+                .unwrap_or_else(|_| vec![None; chunk.len()])
+        } else {
+            vec![None; chunk.len()]
+        };
+        let failed = replies.iter().any(Option::is_none);
+        shared
+            .table()
+            .record(nodes.quorum, i, &chunk, sent, replies);
+        if failed {
+            tokio::time::sleep(RETRY_AFTER).await;
+        }
+    }
+}
+
+/// Renews `chunk` on one node: one pipeline, and where the server lacks the extend script (a
+/// fresh or restarted server has only the scripts it ran), a second one that loads it and
+/// sends those renewals again, so that a missing script costs a round trip, not a failed
+/// renewal.
+async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
+    if let Conn::Cluster(_) = node.conn {
+        let (replies, pipelines) = cluster::renew(&node.conn, chunk, &shared.slot_owners).await;
+        shared.round_trips.fetch_add(pipelines, Ordering::Relaxed);
+        return replies;
+    }
+    let mut conn = node.conn.clone();
+    let mut pipe = redis::Pipeline::with_capacity(chunk.len());
+    for d in chunk {
+        pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
+    }
+    shared.round_trips.fetch_add(1, Ordering::Relaxed);
+    let Ok(mut values) = pipe
+        .ignore_errors()
+        .query_async::<Vec<Value>>(&mut conn)
+        .await
+    else {
+        return vec![None; chunk.len()];
+    };
+    let missing: Vec<usize> = (0..values.len().min(chunk.len()))
+        .filter(|&k| noscript(&values[k]))
+        .collect();
+    if !missing.is_empty() {
+        let algorithms = dedup_algorithms(missing.iter().map(|&k| chunk[k].algorithm).collect());
+        let mut again = redis::Pipeline::with_capacity(algorithms.len() + missing.len());
+        for algorithm in &algorithms {
+            again
+                .cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(algorithm.extend.source())
+                .ignore();
+        }
+        for &k in &missing {
+            let d = &chunk[k];
+            again.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
+        }
+        shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        if let Ok(retried) = again
+            .ignore_errors()
+            .query_async::<Vec<Value>>(&mut conn)
+            .await
+        {
+            for (&k, value) in missing.iter().zip(retried) {
+                values[k] = value;
+            }
+        }
+    }
+    let mut replies: NodeReplies = values.into_iter().map(answer).collect();
+    replies.resize(chunk.len(), None);
+    replies
+}
+
+/// A server's answer to one extend script: the lease it now holds, `Some(None)` when the
+/// hold is not there, `None` for anything else (an error).
+pub(super) fn answer(value: Value) -> Option<Option<Duration>> {
+    match value {
+        Value::Int(ms) => Some(renewed_lease(ms)),
+        _ => None,
+    }
+}
+
+pub(super) fn noscript(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
+}
