@@ -18,7 +18,10 @@
 //! * **Sentinel**: see [`sentinel`].
 
 pub(crate) mod link;
+pub(crate) mod resp;
 pub(crate) mod sentinel;
+mod subscriptions;
+mod wire;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
@@ -84,7 +87,7 @@ impl Conn {
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.subscribe(channel).await,
-            Conn::Link(_) => Err(no_subscriptions()),
+            Conn::Link(c) => c.subscribe(channel).await,
             Conn::Cluster(c) => c.ssubscribe(channel).await,
             Conn::Sentinel(c) => c.subscribe(channel).await,
         }
@@ -94,7 +97,7 @@ impl Conn {
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.unsubscribe(channel).await,
-            Conn::Link(_) => Err(no_subscriptions()),
+            Conn::Link(c) => c.unsubscribe(channel).await,
             Conn::Cluster(c) => c.sunsubscribe(channel).await,
             Conn::Sentinel(c) => c.unsubscribe(channel).await,
         }
@@ -117,15 +120,6 @@ impl Conn {
             other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
         }
     }
-}
-
-/// Subscriptions go on a node's first connection, never on an acquisition lane.
-fn no_subscriptions() -> redis::RedisError {
-    (
-        redis::ErrorKind::Client,
-        "subscriptions go on the node's first connection",
-    )
-        .into()
 }
 
 impl Conn {

@@ -181,6 +181,7 @@ impl Node {
                     settings.connect_timeout,
                     settings.response_timeout,
                     reopened.clone(),
+                    None,
                 )
             })
             .collect();
