@@ -50,6 +50,9 @@ const PING_AFTER: Duration = Duration::from_secs(1);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_PROBES: u32 = 3;
+const USER_TIMEOUT: Duration = Duration::from_secs(
+    KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * KEEPALIVE_PROBES as u64,
+);
 /// Pauses between the reconnections of a link with subscriptions whose server is gone.
 const RECONNECT_FIRST: Duration = Duration::from_millis(10);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
@@ -326,6 +329,22 @@ fn configure(stream: &TcpStream) -> io::Result<()> {
     #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
     socket.set_tcp_user_timeout(Some(KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES))?;
     Ok(())
+}
+
+/// The same keepalive and `TCP_USER_TIMEOUT` for the connections redis-rs opens (TLS, Unix
+/// sockets, Sentinel's and Cluster's).
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(not(any(target_os = "windows", target_os = "openbsd", target_os = "redox")))]
+    let keepalive = keepalive.with_retries(KEEPALIVE_PROBES);
+    let settings = redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let settings = settings.set_user_timeout(USER_TIMEOUT);
+    settings
 }
 
 /// The error a failed connection gives its callers: an I/O error, which the acquire loop
