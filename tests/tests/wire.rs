@@ -433,6 +433,46 @@ async fn a_hostile_reply_when_a_connection_reopens_while_locking_is_an_error() {
     }
 }
 
+/// A server that answers every lock request with a push and never with an answer: bytes keep
+/// coming, so the connection is not silent, but its oldest request stays unanswered; after two
+/// response timeouts the connection is given up and opened again, rather than piling up
+/// requests for ever, and every call ends within its timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_pushes_but_never_answers_is_opened_again() {
+    // The connections that were sent a lock request: from then on, pushes only.
+    let pushing = std::sync::Mutex::new(std::collections::HashSet::new());
+    let server = Hostile::start(move |connection, command| {
+        let set = command
+            .first()
+            .is_some_and(|c| c.eq_ignore_ascii_case(b"SET"));
+        let mut pushing = pushing.lock().expect("pushing");
+        if set || pushing.contains(&connection) {
+            pushing.insert(connection);
+            return Reply::Bytes(INVALIDATE.to_vec());
+        }
+        Reply::Bytes(plausible(command))
+    })
+    .await;
+    let timeout = Duration::from_millis(200);
+    let client = Client::builder(&server.url())
+        .response_timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    let opened = server.accepted.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let mut longest = Duration::ZERO;
+    while started.elapsed() < Duration::from_secs(2) {
+        let asked = Instant::now();
+        let taken = within("try_acquire", client.lock("k").try_acquire()).await;
+        longest = longest.max(asked.elapsed());
+        assert!(taken.is_err(), "{taken:?}");
+    }
+    let reopened = server.accepted.load(Ordering::SeqCst) - opened;
+    println!("{reopened} connections opened again in 2 s; the longest call {longest:?}");
+    assert!(reopened > 0, "the connection was never given up");
+}
+
 /// User + system CPU time so far of this process's threads named `name` (to the clock tick):
 /// the runtime of one test, whatever other tests of the binary run meanwhile.
 fn threads_cpu_time(name: &str) -> Duration {

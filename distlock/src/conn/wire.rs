@@ -99,9 +99,11 @@ struct Expected {
     /// `None` once the caller timed out, or for a request nobody waits for: its answers are
     /// read and dropped in their turn.
     answer: Option<oneshot::Sender<Answer>>,
-    /// The tick and the reads when the request was queued.
+    /// The tick and the reads when the request was queued, and where its bytes end in the
+    /// stream.
     queued_at: u64,
     reads_at: u64,
+    end: u64,
     /// A `SUBSCRIBE`/`UNSUBSCRIBE`: answered by the push confirming it (or by an error).
     confirm: Option<Confirm>,
 }
@@ -245,16 +247,18 @@ impl Wire {
         };
         // One lock for both: the queue's order is the order the requests reach the server,
         // and so the order of their answers.
+        waiting.out.extend_from_slice(bytes);
+        waiting.queued += bytes.len() as u64;
+        let end = waiting.queued;
         waiting.queue.push_back(Expected {
             count,
             got: Vec::new(),
             answer: sender,
             queued_at: self.tick.load(Ordering::Relaxed),
             reads_at: self.reads.load(Ordering::Relaxed),
+            end,
             confirm,
         });
-        waiting.out.extend_from_slice(bytes);
-        waiting.queued += bytes.len() as u64;
         let sequence = waiting.sequence;
         waiting.sequence += 1;
         Ok((receiver, sequence, waiting.queued, waiting.queue.len() > 1))
@@ -446,7 +450,9 @@ impl Wire {
 /// The connection's clock: answers the requests that waited too long with a timeout, leaving
 /// them queued, so that their answers, should they come, are read and dropped in their turn;
 /// fails the connection when the oldest request timed out with nothing read since it was
-/// queued (the peer went silent: a reset would have told); writes and reads for callers that
+/// queued, or still not all written (the peer went silent: a reset would have told), or is
+/// unanswered for two timeouts whatever else came, so that neither the requests nor their
+/// bytes pile up behind it; writes and reads for callers that
 /// are not polled; and, while `ping` says so, sends a `PING` when nothing was read for
 /// `ping_after` (a connection that only listens is then found silent too). Ends with the
 /// connection.
@@ -475,8 +481,14 @@ pub(crate) async fn tick(
         let silent = {
             let mut waiting = lock(&wire.waiting);
             let reads = wire.reads.load(Ordering::Acquire);
+            let written = wire.written.load(Ordering::Acquire);
+            // Nothing came since the oldest request went out, or the peer has not even taken
+            // its bytes, or (pushes come, answers do not) it is unanswered twice as long as a
+            // timeout: every later answer waits behind it, and requests would pile up.
             let silent = waiting.queue.front().is_some_and(|front| {
-                front.queued_at + TIMEOUT_TICKS <= now && front.reads_at == reads
+                let timed_out = front.queued_at + TIMEOUT_TICKS <= now;
+                timed_out && (front.reads_at == reads || written < front.end)
+                    || front.queued_at + 2 * TIMEOUT_TICKS <= now
             });
             for expected in waiting.queue.iter_mut() {
                 if expected.queued_at + TIMEOUT_TICKS > now {
