@@ -14,9 +14,10 @@
 //! waiting on it with an I/O error, which the acquire loop retries as a transient failure,
 //! and is opened again by the next request. So is a connection gone **silent** (a NAT or
 //! firewall that dropped its state, a frozen peer): one whose oldest request timed out with
-//! nothing read since it was sent. A timeout while bytes still come leaves the connection as
-//! it is: the late answer is read and dropped in its turn. TCP keepalive and
-//! `TCP_USER_TIMEOUT` bound what the kernel waits for on its own.
+//! nothing read since it was sent, or with its bytes still not all taken, or that is still
+//! unanswered after two timeouts whatever else came. A timeout while the answers still come
+//! leaves the connection as it is: the late answer is read and dropped in its turn. TCP
+//! keepalive and `TCP_USER_TIMEOUT` bound what the kernel waits for on its own.
 //!
 //! Subscriptions (a link given a push sink: a node's first connection, Sentinel's connection
 //! to the master): a channel counts as subscribed once the server's confirmation arrived on

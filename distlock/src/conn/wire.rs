@@ -64,7 +64,7 @@ pub(crate) struct Wire {
     last_read: AtomicU64,
     /// Advanced every quarter of the response timeout by the clock task (`tick`). One timer
     /// per connection rather than one per request: a timer armed and disarmed per request
-    /// cost the client about 7 % of its instructions per lock cycle (callgrind, S2's shape).
+    /// was a visible share of the client's work per lock cycle (callgrind, S2's shape).
     tick: AtomicU64,
     sink: Option<PushSink>,
 }
