@@ -5,11 +5,12 @@
 //! watchdog, the wake-ups) talks to a [`Conn`] through `redis::aio::ConnectionLike` and does
 //! not know which deployment is behind it. The differences live here:
 //!
-//! * **single node**: redis-rs's `ConnectionManager`, which reconnects by itself, for the
-//!   subscriptions, renewals and inspection; and for the acquisitions a [`Link`] (plain TCP)
-//!   or further `ConnectionManager`s, each acquisition's commands on one of them (see
-//!   `quorum::Node::lane`); each node of a Redlock quorum has the same two kinds, one of each
-//!   (`quorum::Node::commands`);
+//! * **single node**: over plain TCP, distlock's own connections ([`Link`]), which reopen by
+//!   themselves: the first carries the subscriptions (it hears the pushes), renewals and
+//!   inspection, the others the acquisitions, each acquisition's commands on one of them (see
+//!   `quorum::Node::lane`); each node of a Redlock quorum has two, the first and one for its
+//!   commands (`quorum::Node::commands`). Over TLS (`rediss://`) or a Unix socket, redis-rs's
+//!   `ConnectionManager`s in the same roles;
 //! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
 //!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a
 //!   failover. Wake-ups use sharded pub/sub (`SSUBSCRIBE`, and the release scripts
@@ -18,21 +19,26 @@
 //! * **Sentinel**: see [`sentinel`].
 
 pub(crate) mod link;
+pub(crate) mod resp;
 pub(crate) mod sentinel;
+mod subscriptions;
+mod wire;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 pub(crate) use link::Link;
 pub(crate) use sentinel::SentinelConn;
+pub(crate) use wire::PushSink;
 
 /// A connection to one deployment; cheap to clone (clones share the connection).
 #[derive(Clone)]
 pub(crate) enum Conn {
+    /// A connection of a single node or quorum node over TLS or a Unix socket.
     Single(ConnectionManager),
-    /// An acquisition lane of a single node (see [`link`]): commands only.
+    /// A connection of a single node or quorum node over plain TCP (see [`link`]).
     Link(Link),
     Cluster(ClusterConnection),
     Sentinel(SentinelConn),
@@ -73,6 +79,63 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
+    /// The connections to a node over TLS or a Unix socket, which [`link`] does not speak:
+    /// `lanes` redis-rs `ConnectionManager`s, the first with the push sink and the
+    /// subscriptions (which redis-rs subscribes again after a reconnection), the others for
+    /// commands only, each opened within the connect timeout of `timeouts` (connect,
+    /// response). A node down at start-up (`lazy_if_down`) gets one, connected lazily, and the
+    /// error.
+    pub(crate) async fn managers(
+        client: &redis::Client,
+        timeouts: (std::time::Duration, std::time::Duration),
+        lanes: usize,
+        on_push: PushSink,
+        lazy_if_down: bool,
+    ) -> RedisResult<(Vec<Conn>, Option<redis::RedisError>)> {
+        let (connect_timeout, response_timeout) = timeouts;
+        let plain = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(response_timeout))
+            // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
+            .set_min_delay(std::time::Duration::from_millis(10))
+            .set_max_delay(std::time::Duration::from_secs(1));
+        let first = plain
+            .clone()
+            .set_push_sender(move |push: redis::PushInfo| {
+                on_push(push);
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .set_automatic_resubscription();
+        // All at once: a node that answers one answers the others within the same timeout.
+        let connecting = (0..lanes).map(|lane| {
+            let config = if lane == 0 { &first } else { &plain };
+            let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
+            async move {
+                match tokio::time::timeout(connect_timeout, Box::pin(connecting)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {connect_timeout:?}"),
+                    )
+                    .into()),
+                }
+            }
+        });
+        let opened: RedisResult<Vec<ConnectionManager>> =
+            futures_util::future::join_all(connecting)
+                .await
+                .into_iter()
+                .collect();
+        match opened {
+            Ok(managers) => Ok((managers.into_iter().map(Conn::Single).collect(), None)),
+            Err(source) if lazy_if_down => {
+                let conn = ConnectionManager::new_lazy_with_config(client.clone(), first)?;
+                Ok((vec![Conn::Single(conn)], Some(source)))
+            }
+            Err(source) => Err(source),
+        }
+    }
+
     /// True on a Redis Cluster: wake-ups use sharded pub/sub there.
     pub(crate) fn sharded(&self) -> bool {
         matches!(self, Conn::Cluster(_))
@@ -84,7 +147,7 @@ impl Conn {
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.subscribe(channel).await,
-            Conn::Link(_) => Err(no_subscriptions()),
+            Conn::Link(c) => c.subscribe(channel).await,
             Conn::Cluster(c) => c.ssubscribe(channel).await,
             Conn::Sentinel(c) => c.subscribe(channel).await,
         }
@@ -94,7 +157,7 @@ impl Conn {
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Conn::Single(c) => c.unsubscribe(channel).await,
-            Conn::Link(_) => Err(no_subscriptions()),
+            Conn::Link(c) => c.unsubscribe(channel).await,
             Conn::Cluster(c) => c.sunsubscribe(channel).await,
             Conn::Sentinel(c) => c.unsubscribe(channel).await,
         }
@@ -117,15 +180,6 @@ impl Conn {
             other => other.req_packed_commands(pipeline, 0, pipeline.len()).await,
         }
     }
-}
-
-/// Subscriptions go on a node's first connection, never on an acquisition lane.
-fn no_subscriptions() -> redis::RedisError {
-    (
-        redis::ErrorKind::Client,
-        "subscriptions go on the node's first connection",
-    )
-        .into()
 }
 
 impl Conn {

@@ -203,26 +203,68 @@ impl Input<'_> {
     }
 }
 
-/// Bytes as the acquisition connection reads them from the socket (`conn::link`): cut into
-/// frames by `frame_len`, each parsed by `parse`, whose fast path must agree with redis-rs's
-/// parser wherever both succeed.
+/// Bytes as distlock's own connections read them from the socket (`conn::link`): the input's
+/// first byte chooses where the stream is cut into reads, and every frame the decoder yields
+/// must be the value redis-rs's parser makes of the same bytes, when that parser takes them.
 pub fn answer_stream(data: &[u8]) {
-    let mut rest = data;
-    while let Ok(Some(len)) = crate::conn::link::frame_len(rest) {
+    let Some((&step, stream)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(step) + 1;
+    let cuts: Vec<usize> = (step..stream.len()).step_by(step).collect();
+    let mut rest = stream;
+    for frame in decode_stream(stream, &cuts) {
+        let Ok((ours, len)) = frame else {
+            return;
+        };
         assert!(
             len > 0 && len <= rest.len(),
             "frame of {len} in {}",
             rest.len()
         );
-        let frame = &rest[..len];
-        if let (Ok(ours), Ok(theirs)) = (
-            crate::conn::link::parse(frame),
-            redis::parse_redis_value(frame),
-        ) {
-            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{frame:?}");
+        if let Ok(theirs) = redis::parse_redis_value(&rest[..len]) {
+            assert_eq!(
+                format!("{ours:?}"),
+                format!("{theirs:?}"),
+                "{:?}",
+                &rest[..len]
+            );
         }
         rest = &rest[len..];
     }
+}
+
+/// Decodes `stream` as a connection does when the socket gives it in pieces cut at `cuts`
+/// (offsets, ascending): every complete frame with its length in bytes, in order, then the
+/// reason decoding stopped, if it did (bytes that are no frame, or a frame beyond the
+/// decoder's bounds on nesting and size). Frames not complete when the stream ends are not
+/// listed.
+pub fn decode_stream(stream: &[u8], cuts: &[usize]) -> Vec<Result<(Value, usize), String>> {
+    let mut decoder = crate::conn::resp::Decoder::default();
+    let mut frames = Vec::new();
+    let mut from = 0;
+    // Bytes fed so far, and where the frame being decoded started.
+    let mut start = 0;
+    for to in cuts.iter().copied().chain([stream.len()]) {
+        let to = to.clamp(from, stream.len());
+        decoder.feed(&stream[from..to]);
+        from = to;
+        loop {
+            match decoder.next() {
+                Ok(Some(value)) => {
+                    let len = to - start - decoder.pending();
+                    start += len;
+                    frames.push(Ok((value, len)));
+                }
+                Ok(None) => break,
+                Err(refused) => {
+                    frames.push(Err(format!("{refused:?}")));
+                    return frames;
+                }
+            }
+        }
+    }
+    frames
 }
 
 #[cfg(test)]

@@ -362,8 +362,10 @@ async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_reque
 }
 
 /// A request whose answer does not come within the response timeout fails as timed out (the
-/// acquisition connection keeps one clock for all its requests, not a timer each), and the
-/// late answer, when it comes, is read and dropped: the requests after it get their own.
+/// acquisition connection keeps one clock for all its requests, not a timer each). Nothing
+/// was read on the connection since the request went out, so it counts as silent and is
+/// opened again (see `wire.rs`): the late answer reaches no one, and the requests after it
+/// get their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when_it_comes() {
     let server = RedisServer::start();
@@ -390,17 +392,15 @@ async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when
         "the caller waited for the answer ({waited:?}) instead of timing out"
     );
     proxy.reply_latency(Duration::ZERO);
-    // Requests sent before the late answer arrives queue behind it (the proxy keeps the
-    // order of the replies) and may time out too; once one is answered, the late ones have
-    // been read.
+    // Requests sent before the connection is found silent time out too; then one is
+    // answered on a new connection.
     let answered = answered_again(&client).await;
     assert!(answered, "no answer after the late one");
     let _held = held_elsewhere(&server).await;
     answers_stay_with_their_requests(&client, "held", 20).await;
-    assert_eq!(
-        proxy.connections(),
-        opened,
-        "the connection was opened again"
+    assert!(
+        proxy.connections() > opened,
+        "the silent connection was not opened again"
     );
 }
 

@@ -12,6 +12,11 @@
 //! When the sentinels name another master, a new connection is opened to it, the lock
 //! channels this client listens on are subscribed there, and it replaces the old one; every
 //! waiter is woken to try again at once (releases published on the old master are lost).
+//!
+//! The connection to the master is a [`Link`] over plain TCP: a request to a master that is
+//! gone fails within the timeouts it was given (a refused connection at once), rather than
+//! waiting for redis-rs's manager to retry the dead address, and the monitor hears of it. Over
+//! TLS or a Unix socket it is redis-rs's `ConnectionManager`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -20,6 +25,8 @@ use std::time::Duration;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
+
+use super::{Conn, Link, PushSink};
 use redis::{
     AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, PushKind,
     RedisError, RedisFuture, RedisResult, Value,
@@ -54,7 +61,7 @@ pub(crate) struct SentinelConn {
 struct Shared {
     settings: SentinelSettings,
     /// The master's `host:port` and the connection to it (set before the first request).
-    current: Mutex<Option<(String, ConnectionManager)>>,
+    current: Mutex<Option<(String, Conn)>>,
     /// Wakes the monitor to ask the sentinels now.
     recheck: Arc<Notify>,
     /// Channels this client listens on, to subscribe again on a new master.
@@ -104,7 +111,7 @@ impl SentinelConn {
         Ok((SentinelConn { shared }, monitor))
     }
 
-    fn current(&self) -> RedisResult<ConnectionManager> {
+    fn current(&self) -> RedisResult<Conn> {
         lock(&self.shared.current)
             .as_ref()
             .map(|(_, conn)| conn.clone())
@@ -113,14 +120,14 @@ impl SentinelConn {
 
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         lock(&self.shared.subscriptions).insert(channel.to_vec());
-        let result = self.current()?.subscribe(channel).await;
+        let result = change(&self.current()?, channel, true).await;
         self.check(&result);
         result
     }
 
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         lock(&self.shared.subscriptions).remove(channel);
-        self.current()?.unsubscribe(channel).await
+        change(&self.current()?, channel, false).await
     }
 
     /// Asks the monitor to look for a new master if `result` says this one is gone or demoted.
@@ -211,13 +218,13 @@ async fn monitor(shared: std::sync::Weak<Shared>, recheck: Arc<Notify>) {
 }
 
 /// Makes `conn` (to the master at `addr`) the connection every request uses from now on.
-async fn switch(shared: &Shared, addr: String, mut conn: ConnectionManager) {
+async fn switch(shared: &Shared, addr: String, conn: Conn) {
     *lock(&shared.current) = Some((addr, conn.clone()));
     // Subscribed after the switch: a waiter that subscribes meanwhile registers its channel
     // first and then uses the new connection, so every channel ends up subscribed there.
     let channels: Vec<Vec<u8>> = lock(&shared.subscriptions).iter().cloned().collect();
     for channel in channels {
-        let _ = conn.subscribe(channel).await;
+        let _ = change(&conn, &channel, true).await;
     }
     // Releases published on the old master are lost: every waiter tries once now.
     shared.channels.on_push(PushInfo {
@@ -303,37 +310,65 @@ async fn connect_plain(
         .await
 }
 
-/// A connection manager to the master, RESP3 so release notifications arrive as push frames;
-/// a disconnection also asks the monitor to look for a new master.
-async fn open(shared: &Arc<Shared>, info: redis::ConnectionInfo) -> RedisResult<ConnectionManager> {
+/// The connection to the master, RESP3 so release notifications arrive as push frames; a
+/// disconnection also asks the monitor to look for a new master.
+async fn open(shared: &Arc<Shared>, info: redis::ConnectionInfo) -> RedisResult<Conn> {
     let settings = &shared.settings;
-    let resp3 = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(resp3))?;
     let weak = Arc::downgrade(shared);
     let channels = shared.channels.clone();
-    let on_push = move |push: PushInfo| {
+    let on_push: PushSink = Arc::new(move |push: PushInfo| {
         if push.kind == PushKind::Disconnection {
             if let Some(shared) = weak.upgrade() {
                 shared.recheck.notify_one();
             }
         }
         channels.on_push(push);
-        Ok::<(), std::convert::Infallible>(())
-    };
+    });
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+    if let Some(link) = Link::new(
+        &info,
+        connect_timeout,
+        response_timeout,
+        None,
+        Some(on_push.clone()),
+    ) {
+        link.open().await?;
+        return Ok(Conn::Link(link));
+    }
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info
+        .set_redis_settings(resp3)
+        .set_tcp_settings(super::link::tcp_settings());
+    let client = redis::Client::open(info)?;
     let config = ConnectionManagerConfig::new()
-        .set_push_sender(on_push)
+        .set_push_sender(move |push: PushInfo| {
+            on_push(push);
+            Ok::<(), std::convert::Infallible>(())
+        })
         .set_automatic_resubscription()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.response_timeout))
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout))
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_secs(1));
     let connecting = ConnectionManager::new_with_config(client, config);
-    match tokio::time::timeout(settings.connect_timeout, connecting).await {
-        Ok(result) => result,
+    match tokio::time::timeout(connect_timeout, connecting).await {
+        Ok(result) => result.map(Conn::Single),
         Err(_) => Err((redis::ErrorKind::Io, "no answer from the master").into()),
+    }
+}
+
+/// Subscribes `channel` on the master's connection (or unsubscribes it). Not through
+/// `Conn::subscribe`, which leads back here for a Sentinel connection.
+async fn change(conn: &Conn, channel: &[u8], subscribe: bool) -> RedisResult<()> {
+    match (conn, subscribe) {
+        (Conn::Link(link), true) => link.subscribe(channel).await,
+        (Conn::Link(link), false) => link.unsubscribe(channel).await,
+        (Conn::Single(manager), true) => manager.clone().subscribe(channel).await,
+        (Conn::Single(manager), false) => manager.clone().unsubscribe(channel).await,
+        _ => Err((redis::ErrorKind::Client, "not a connection to one server").into()),
     }
 }
 

@@ -25,13 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::mpsc;
 
 use crate::algorithm::{HoldId, ServerQuirks};
 use crate::conn::sentinel::SentinelSettings;
-use crate::conn::{Conn, Link, SentinelConn};
+use crate::conn::{Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
 use crate::notify::Channels;
 
@@ -100,7 +99,7 @@ impl Health {
 }
 
 impl Node {
-    /// Opens the connection (RESP3, so release notifications arrive as push frames and feed
+    /// Opens the connections (RESP3, so release notifications arrive as push frames and feed
     /// `channels`). Fails within the connect timeout when no server answers, unless
     /// `lazy_if_down`: a quorum node that is down at start-up is then connected lazily, kept
     /// out of quorums until it answers (and, like every node, until its server has been up
@@ -119,53 +118,25 @@ impl Node {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let client = open_client(info.set_redis_settings(resp3), settings).map_err(bad_url)?;
+        let info = info
+            .set_redis_settings(resp3)
+            .set_tcp_settings(crate::conn::link::tcp_settings());
+        let client = open_client(info, settings).map_err(bad_url)?;
         let health = Arc::new(Health::default());
         // The push handler lives inside the connection, so it must not own the connection
         // (a cycle would leak it): it only flags the node and wakes the monitor task.
         let (recheck, rechecks) = mpsc::unbounded_channel::<()>();
-        let on_push = {
+        let on_push: PushSink = {
             let (health, guarded) = (health.clone(), settings.restart_guard.is_some());
             let recheck = recheck.clone();
-            move |push: PushInfo| {
+            Arc::new(move |push: PushInfo| {
                 if guarded && push.kind == PushKind::Disconnection {
                     health.suspect.store(true, Ordering::Release);
                     let _ = recheck.send(());
                 }
                 channels.on_push(push);
-                Ok::<(), std::convert::Infallible>(())
-            }
+            })
         };
-        let config = ConnectionManagerConfig::new()
-            .set_push_sender(on_push)
-            .set_automatic_resubscription()
-            .set_connection_timeout(Some(settings.connect_timeout))
-            .set_response_timeout(Some(settings.response_timeout))
-            // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        // All lanes at once: a node that answers one answers the others within the same
-        // connect timeout.
-        // The other lanes carry commands only: no subscriptions, so no pushes to hear, and
-        // their disconnections must not wake the waiters (see `Channels::on_push`).
-        let plain = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.connect_timeout))
-            .set_response_timeout(Some(settings.response_timeout))
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_secs(1));
-        let within = |connecting| async move {
-            match tokio::time::timeout(settings.connect_timeout, connecting).await {
-                Ok(result) => result,
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {:?}", settings.connect_timeout),
-                )
-                .into()),
-            }
-        };
-        // The acquisition lanes: a `Link` where it speaks the transport (plain TCP), else
-        // further `ConnectionManager`s.
-        let acquisition_lanes = settings.lanes.max(1) - 1;
         // Guarded nodes: an acquisition connection that had to open again saw the server go
         // away, perhaps restarted empty, so the node is distrusted until its `INFO` is read,
         // as when the first connection says it was disconnected (whichever notices first).
@@ -176,52 +147,52 @@ impl Node {
                 let _ = recheck.send(());
             }) as Arc<dyn Fn() + Send + Sync>
         });
-        let links: Option<Vec<Link>> = (0..acquisition_lanes)
-            .map(|_| {
-                Link::new(
-                    client.get_connection_info(),
-                    settings.connect_timeout,
-                    settings.response_timeout,
-                    reopened.clone(),
-                )
-            })
-            .collect();
-        let managers = match links {
-            Some(_) => 1,
-            None => settings.lanes.max(1),
-        };
-        let connecting = (0..managers).map(|lane| {
-            let config = if lane == 0 { &config } else { &plain };
-            within(Box::pin(ConnectionManager::new_with_config(
-                client.clone(),
-                config.clone(),
-            )))
-        });
-        let opening = links.iter().flatten().map(|link| link.open());
-        let (attempt, opened) = futures_util::future::join(
-            futures_util::future::join_all(connecting),
-            futures_util::future::join_all(opening),
-        )
-        .await;
-        let attempt: Result<Vec<ConnectionManager>, _> = attempt
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .and_then(|managers| {
-                opened
-                    .into_iter()
-                    .collect::<Result<(), _>>()
-                    .map(|()| managers)
-            });
-        let (lanes, failure) = match attempt {
-            Ok(lanes) => (lanes, None),
-            Err(source) if lazy_if_down => {
-                let conn = ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(|e| connect_error(&addr, e))?;
-                (vec![conn], Some(connect_error(&addr, source)))
+        let lanes = settings.lanes.max(1);
+        let info = client.get_connection_info();
+        let first = Link::new(
+            info,
+            settings.connect_timeout,
+            settings.response_timeout,
+            None,
+            Some(on_push.clone()),
+        );
+        let (lanes, failure) = match first {
+            // Plain TCP: distlock's own connections (`conn::link`), the first with the push
+            // sink and the subscriptions, the others for commands only: no pushes to hear,
+            // and their disconnections must not wake the waiters (see `Channels::on_push`).
+            Some(first) => {
+                let others = (1..lanes).filter_map(|_| {
+                    Link::new(
+                        info,
+                        settings.connect_timeout,
+                        settings.response_timeout,
+                        reopened.clone(),
+                        None,
+                    )
+                });
+                let links: Vec<Link> = std::iter::once(first).chain(others).collect();
+                // All at once: a node that answers one answers the others within the same
+                // connect timeout. A node down at start-up keeps them: a link opens on use.
+                let opened = futures_util::future::join_all(links.iter().map(Link::open)).await;
+                let failure = match opened.into_iter().collect::<Result<(), _>>() {
+                    Ok(()) => None,
+                    Err(source) if lazy_if_down => Some(source),
+                    Err(source) => return Err(connect_error(&addr, source)),
+                };
+                (links.into_iter().map(Conn::Link).collect(), failure)
             }
-            Err(source) => return Err(connect_error(&addr, source)),
+            None => Conn::managers(
+                &client,
+                (settings.connect_timeout, settings.response_timeout),
+                lanes,
+                on_push,
+                lazy_if_down,
+            )
+            .await
+            .map_err(|e| connect_error(&addr, e))?,
         };
-        let conn = lanes[0].clone();
+        let conn: Conn = lanes.first().cloned().expect("at least one connection");
+        let failure = failure.map(|e| connect_error(&addr, e));
         let monitor = match settings.restart_guard {
             None => None,
             Some(delay) => {
@@ -240,17 +211,9 @@ impl Node {
                 ))
             }
         };
-        let lanes: Vec<Conn> = match links {
-            // A node down at start-up keeps them too: a link opens on first use.
-            Some(links) if !links.is_empty() => std::iter::once(Conn::Single(conn.clone()))
-                .chain(links.into_iter().map(Conn::Link))
-                .collect(),
-            _ if lanes.len() == 1 => Vec::new(),
-            _ => lanes.into_iter().map(Conn::Single).collect(),
-        };
         let node = Node {
-            conn: Conn::Single(conn),
-            lanes,
+            conn,
+            lanes: if lanes.len() == 1 { Vec::new() } else { lanes },
             addr,
             quirks: ServerQuirks::default(),
             health,
@@ -406,7 +369,7 @@ impl Drop for Node {
 /// start-up) reads `INFO server` until the server answers, and judges it by its `run_id` and
 /// uptime ([`Health::judge`]). The node stays suspect, casting no vote, until then.
 fn spawn_monitor(
-    conn: ConnectionManager,
+    conn: Conn,
     health: Arc<Health>,
     mut rechecks: mpsc::UnboundedReceiver<()>,
     delay: Duration,
@@ -470,7 +433,7 @@ impl ServerInfo {
     }
 }
 
-async fn server_info(conn: &mut ConnectionManager) -> redis::RedisResult<ServerInfo> {
+async fn server_info(conn: &mut Conn) -> redis::RedisResult<ServerInfo> {
     let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
     parse_server_info(&info).ok_or_else(|| {
         (

@@ -292,9 +292,108 @@ impl FaultProxy {
         self.reset_where(&self.shared.reset_noted, |id| noted.contains(&id));
     }
 
+    /// Freezes every connection open now: from now on they pass no byte in either direction
+    /// (what was read is held, nothing more is read, so the peers' writes back up), and they
+    /// stay open, as a frozen proxy, a NAT or firewall that dropped their state, or a
+    /// partitioned host would leave them. Connections accepted later pass as usual.
+    /// [`thaw`](Self::thaw) (or [`clear`](Self::clear)) lets the frozen ones go on with the
+    /// bytes held.
+    pub fn freeze(&self) {
+        let open = lock(&self.shared.open).clone();
+        self.freeze_ids(open);
+    }
+
+    /// [`freeze`](Self::freeze), for the open connections noted by
+    /// [`note_sending`](Self::note_sending) only.
+    pub fn freeze_noted(&self) {
+        let open = lock(&self.shared.open).clone();
+        let noted = lock(&self.shared.noted).clone();
+        self.freeze_ids(open.intersection(&noted).copied().collect());
+    }
+
+    fn freeze_ids(&self, ids: HashSet<u64>) {
+        lock(&self.shared.frozen).extend(ids);
+        self.shared
+            .freezes
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// Lets the connections frozen by [`freeze`](Self::freeze) pass bytes again.
+    pub fn thaw(&self) {
+        lock(&self.shared.frozen).clear();
+        self.shared
+            .freezes
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// How many open connections are frozen.
+    pub fn frozen(&self) -> usize {
+        let open = lock(&self.shared.open);
+        lock(&self.shared.frozen)
+            .iter()
+            .filter(|id| open.contains(id))
+            .count()
+    }
+
+    /// Inserts `frame` (a RESP3 push, e.g. `>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n`) into
+    /// the server-to-client stream of the next connection that gets a reply, right before
+    /// that reply: at a frame boundary, where a server may put a push of its own. Called
+    /// several times, each frame goes before a reply of its own, in order.
+    ///
+    /// # Panics
+    /// If `frame` is empty.
+    pub fn inject_push(&self, frame: &[u8]) {
+        assert!(!frame.is_empty(), "inject_push: the frame is empty");
+        lock(&self.shared.injections).push_back(frame.to_vec());
+    }
+
+    /// While `Some(frame)`, inserts `frame` before every reply on every connection (see
+    /// [`inject_push`](Self::inject_push)); `None` turns it off.
+    pub fn push_before_replies(&self, frame: Option<&[u8]>) {
+        *lock(&self.shared.standing_push) = frame.map(<[u8]>::to_vec);
+    }
+
+    /// Pushes inserted so far by [`inject_push`](Self::inject_push) and
+    /// [`push_before_replies`](Self::push_before_replies).
+    pub fn pushes_injected(&self) -> u64 {
+        self.shared.pushes_injected.load(Ordering::SeqCst)
+    }
+
+    /// Loses the next server-to-client chunk, on any connection, that contains `pattern`
+    /// (e.g. `b"$9\r\nsubscribe\r\n"`, a RESP3 `SUBSCRIBE` confirmation), and resets that
+    /// connection, as [`drop_next_reply`](Self::drop_next_reply) does; chunks without it pass.
+    /// Called again before such a chunk went by, the new pattern replaces the old.
+    ///
+    /// # Panics
+    /// If `pattern` is empty.
+    pub fn drop_next_reply_containing(&self, pattern: &[u8]) {
+        assert!(
+            !pattern.is_empty(),
+            "drop_next_reply_containing: the pattern is empty"
+        );
+        *lock(&self.shared.drop_containing) = Some((pattern.to_vec(), None));
+    }
+
+    /// Loses each server-to-client chunk that contains `pattern` with `probability` (drawn
+    /// from the generator of [`drop_replies`](Self::drop_replies)), resetting its connection;
+    /// chunks without it pass. `drop_replies_containing(p, 0.0)` (or [`clear`](Self::clear))
+    /// turns it off.
+    ///
+    /// # Panics
+    /// If `pattern` is empty or `probability` not within `0.0..=1.0`.
+    pub fn drop_replies_containing(&self, pattern: &[u8], probability: f64) {
+        assert!(
+            !pattern.is_empty() && (0.0..=1.0).contains(&probability),
+            "drop_replies_containing: an empty pattern, or {probability} outside 0.0..=1.0"
+        );
+        *lock(&self.shared.drop_containing) =
+            (probability > 0.0).then(|| (pattern.to_vec(), Some(probability)));
+    }
+
     /// Turns every fault off: no drops (including a pending
-    /// [`drop_next_reply`](Self::drop_next_reply)), no black hole, no latency,
-    /// new connections accepted. Counters and the RNG are left as they are.
+    /// [`drop_next_reply`](Self::drop_next_reply) or
+    /// [`drop_next_reply_containing`](Self::drop_next_reply_containing)), no black hole, no
+    /// latency, new connections accepted, nothing frozen, no push to inject. Counters and the RNG are left as they are.
     pub fn clear(&self) {
         self.drop_replies(0.0);
         self.shared.drop_next.store(false, Ordering::SeqCst);
@@ -302,6 +401,10 @@ impl FaultProxy {
         self.latency(Duration::ZERO, Duration::ZERO);
         self.reply_latency(Duration::ZERO);
         self.refuse_new(false);
+        self.thaw();
+        lock(&self.shared.injections).clear();
+        self.push_before_replies(None);
+        *lock(&self.shared.drop_containing) = None;
     }
 
     /// Reseeds the generator behind reply drops and jitter, so that a failing
@@ -392,6 +495,18 @@ struct Shared {
     /// Bumped by `reset_noted`; every connection watches it and resets itself
     /// if noted.
     reset_noted: watch::Sender<u64>,
+    /// Connections frozen by `freeze`; `freezes` is bumped whenever the set changes, and
+    /// frozen pipes wait for it.
+    frozen: Mutex<HashSet<u64>>,
+    freezes: watch::Sender<u64>,
+    /// Push frames `inject_push` asked for, in order, and the one `push_before_replies` puts
+    /// before every reply.
+    injections: Mutex<std::collections::VecDeque<Vec<u8>>>,
+    standing_push: Mutex<Option<Vec<u8>>>,
+    pushes_injected: AtomicU64,
+    /// The pattern of `drop_next_reply_containing` (until a chunk with it was dropped) or
+    /// `drop_replies_containing` (with its probability).
+    drop_containing: Mutex<Option<(Vec<u8>, Option<f64>)>>,
 }
 
 impl Shared {
@@ -416,7 +531,70 @@ impl Shared {
             noting: AtomicBool::new(false),
             noted: Mutex::new(HashSet::new()),
             reset_noted: watch::Sender::new(0),
+            frozen: Mutex::new(HashSet::new()),
+            freezes: watch::Sender::new(0),
+            injections: Mutex::new(std::collections::VecDeque::new()),
+            standing_push: Mutex::new(None),
+            pushes_injected: AtomicU64::new(0),
+            drop_containing: Mutex::new(None),
         }
+    }
+
+    /// Waits while connection `id` is frozen.
+    async fn while_frozen(&self, id: u64) {
+        let mut freezes = self.freezes.subscribe();
+        while lock(&self.frozen).contains(&id) {
+            if freezes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Whether the server-to-client `chunk` about to be written is lost because it contains
+    /// the pattern of `drop_next_reply_containing`.
+    fn lose_reply_containing(&self, chunk: &[u8]) -> bool {
+        let mut pattern = lock(&self.drop_containing);
+        let Some((p, probability)) = pattern.as_ref() else {
+            return false;
+        };
+        if !chunk.windows(p.len()).any(|w| w == p.as_slice()) {
+            return false;
+        }
+        let lose = match probability {
+            None => {
+                *pattern = None;
+                true
+            }
+            Some(probability) => lock(&self.rng).next_f64() < *probability,
+        };
+        if lose {
+            self.replies_dropped.fetch_add(1, Ordering::SeqCst);
+        }
+        lose
+    }
+
+    /// `chunk` with the pushes to inject inserted at the frame boundaries `scanner` finds in
+    /// it (one per boundary).
+    fn inject(&self, scanner: &mut FrameScanner, chunk: Vec<u8>) -> Vec<u8> {
+        let boundaries = scanner.boundaries(&chunk);
+        let standing = lock(&self.standing_push).clone();
+        let mut injections = lock(&self.injections);
+        if boundaries.is_empty() || (standing.is_none() && injections.is_empty()) {
+            return chunk;
+        }
+        let mut out = Vec::with_capacity(chunk.len() + 64);
+        let mut from = 0;
+        for at in boundaries {
+            let Some(push) = injections.pop_front().or_else(|| standing.clone()) else {
+                break;
+            };
+            out.extend_from_slice(&chunk[from..at]);
+            out.extend_from_slice(&push);
+            from = at;
+            self.pushes_injected.fetch_add(1, Ordering::SeqCst);
+        }
+        out.extend_from_slice(&chunk[from..]);
+        out
     }
 
     fn blackholed(&self) -> bool {
@@ -675,6 +853,7 @@ async fn pipe(
         let mut buf = vec![0; CHUNK_SIZE];
         let mut recent = Vec::new();
         loop {
+            shared.while_frozen(id).await;
             let n = from.read(&mut buf).await.map_err(|_| End::Failed)?;
             let read_at = Instant::now();
             if n == 0 {
@@ -698,25 +877,110 @@ async fn pipe(
         }
     };
     let write = async move {
-        while let Some((chunk, read_at, delay)) = queued.recv().await {
+        // Where the replies start, to put injected pushes in front of them.
+        let mut scanner = FrameScanner::default();
+        while let Some((mut chunk, read_at, delay)) = queued.recv().await {
             if let Some(delay) = delay {
                 // `sleep` (unlike `sleep_until`) copes with absurd delays.
                 tokio::time::sleep(delay.saturating_sub(read_at.elapsed())).await;
             }
+            shared.while_frozen(id).await;
             if shared.blackholed() {
                 continue;
             }
-            if direction == Direction::ToClient && shared.lose_reply() {
-                return Err(End::Reset);
+            if direction == Direction::ToClient {
+                if shared.lose_reply() || shared.lose_reply_containing(&chunk) {
+                    return Err(End::Reset);
+                }
+                chunk = shared.inject(&mut scanner, chunk);
             }
             to.write_all(&chunk).await.map_err(|_| End::Failed)?;
         }
+        shared.while_frozen(id).await;
         // A FIN for a FIN, so half-closes behave as without the proxy; the
         // peer may already be gone, which is no error worth reporting.
         let _ = to.shutdown().await;
         Ok(())
     };
     tokio::try_join!(read, write).map(|((), ())| ())
+}
+
+/// Follows the RESP2/RESP3 frames of a server-to-client stream, to tell where each top-level
+/// frame (a reply, or a push) starts.
+#[derive(Default)]
+struct FrameScanner {
+    /// Elements still to come in the current top-level frame (0: between two frames).
+    left: u64,
+    /// Bytes of a bulk payload, with its CRLF, still to pass.
+    skip: u64,
+    /// The header line read so far, while it is split over chunks.
+    line: Vec<u8>,
+    /// Set once the stream is no RESP: no boundary is known any more.
+    lost: bool,
+}
+
+impl FrameScanner {
+    /// The offsets in `chunk` (the stream's next bytes) where a top-level frame starts.
+    fn boundaries(&mut self, chunk: &[u8]) -> Vec<usize> {
+        let mut starts = Vec::new();
+        let mut i = 0;
+        while i < chunk.len() && !self.lost {
+            if self.skip > 0 {
+                let n = self.skip.min((chunk.len() - i) as u64);
+                i += n as usize;
+                self.skip -= n;
+                continue;
+            }
+            if self.left == 0 && self.line.is_empty() {
+                starts.push(i);
+                self.left = 1;
+            }
+            match chunk[i..].iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    self.line.extend_from_slice(&chunk[i..=i + end]);
+                    i += end + 1;
+                    let line = std::mem::take(&mut self.line);
+                    self.header(&line);
+                }
+                None => {
+                    self.line.extend_from_slice(&chunk[i..]);
+                    i = chunk.len();
+                }
+            }
+        }
+        starts
+    }
+
+    /// One header line, `\r\n` included.
+    fn header(&mut self, line: &[u8]) {
+        self.left -= 1;
+        let n = line
+            .get(1..line.len().saturating_sub(2))
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|b| b.trim().parse::<i64>().ok());
+        // Negative lengths are nulls: no payload, no elements.
+        let count =
+            |per: u64, extra: u64| n.map(|n| u64::try_from(n).map_or(0, |n| n * per + extra));
+        let added = match line.first() {
+            Some(b'$' | b'!' | b'=') => count(1, 0).map(|len| {
+                self.skip = if n.is_some_and(|n| n >= 0) {
+                    len + 2
+                } else {
+                    0
+                };
+                0
+            }),
+            Some(b'*' | b'~' | b'>') => count(1, 0),
+            Some(b'%') => count(2, 0),
+            Some(b'|') => count(2, 1),
+            Some(b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(') => Some(0),
+            _ => None,
+        };
+        match added {
+            Some(added) => self.left += added,
+            None => self.lost = true,
+        }
+    }
 }
 
 /// Closes `stream` with a RST instead of a FIN, discarding unsent data.
@@ -893,6 +1157,172 @@ mod tests {
         proxy.blackhole(false);
         assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
         assert_eq!(proxy.resets(), 0);
+    }
+
+    /// Reads from `stream` until `want` bytes came (or the read timeout struck).
+    fn read_exactly(stream: &mut std::net::TcpStream, want: usize) -> io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut got = vec![0; want];
+        stream.read_exact(&mut got)?;
+        Ok(got)
+    }
+
+    #[test]
+    fn freeze_stops_open_connections_and_lets_new_ones_pass() {
+        use std::io::Write;
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start_for(&server);
+        let mut frozen = std::net::TcpStream::connect(proxy.addr()).expect("TCP connect");
+        assert!(raw_ping(&mut frozen).expect("raw PING") > 0);
+
+        proxy.freeze();
+        assert_eq!(proxy.frozen(), 1);
+        frozen
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            .expect("write");
+        frozen
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("read timeout");
+        let err = read_exactly(&mut frozen, 5).expect_err("no reply while frozen");
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{err}"
+        );
+        assert_eq!(get(&server, "k"), None, "the request passed the freeze");
+        assert_eq!(
+            proxy.open_connections(),
+            1,
+            "a frozen connection stays open"
+        );
+        // A new connection passes, and is not frozen.
+        assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
+        assert_eq!(proxy.frozen(), 1);
+
+        proxy.thaw();
+        frozen
+            .set_read_timeout(Some(TIMEOUT))
+            .expect("read timeout");
+        assert_eq!(
+            read_exactly(&mut frozen, 5).expect("the held SET's reply"),
+            b"+OK\r\n"
+        );
+        assert_eq!(get(&server, "k").as_deref(), Some("v"));
+        assert_eq!((proxy.frozen(), proxy.resets()), (0, 0));
+    }
+
+    #[test]
+    fn freeze_noted_stops_only_the_noted_connections() {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start_for(&server);
+        proxy.note_sending(b"marked-connection");
+        let mut marked = connect(&proxy.url()).expect("connect marked");
+        let mut other = connect(&proxy.url()).expect("connect other");
+        let _: String = redis::cmd("ECHO")
+            .arg("marked-connection")
+            .query(&mut marked)
+            .expect("ECHO");
+        proxy.freeze_noted();
+        assert_eq!(proxy.frozen(), 1);
+        marked
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("read timeout");
+        assert!(ping(&mut marked).expect_err("frozen").is_timeout());
+        assert_eq!(ping(&mut other).expect("the other goes on"), "PONG");
+    }
+
+    const PUSH: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
+
+    #[test]
+    fn an_injected_push_goes_before_the_next_reply() {
+        use std::io::Write;
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start_for(&server);
+        let mut raw = std::net::TcpStream::connect(proxy.addr()).expect("TCP connect");
+        raw.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+        proxy.inject_push(PUSH);
+        proxy.inject_push(PUSH);
+        // Two replies in one chunk (pipelined), a push before each.
+        raw.write_all(b"PING\r\nPING\r\n").expect("write");
+        let mut want = Vec::new();
+        for _ in 0..2 {
+            want.extend_from_slice(PUSH);
+            want.extend_from_slice(b"+PONG\r\n");
+        }
+        assert_eq!(read_exactly(&mut raw, want.len()).expect("replies"), want);
+        assert_eq!(proxy.pushes_injected(), 2);
+        // Nothing left to inject: the next reply comes alone.
+        assert_eq!(raw_ping(&mut raw).expect("PING"), 7);
+
+        proxy.push_before_replies(Some(PUSH));
+        raw.write_all(b"PING\r\n").expect("write");
+        let mut want = PUSH.to_vec();
+        want.extend_from_slice(b"+PONG\r\n");
+        assert_eq!(read_exactly(&mut raw, want.len()).expect("reply"), want);
+        proxy.clear();
+        assert_eq!(raw_ping(&mut raw).expect("PING"), 7);
+    }
+
+    #[test]
+    fn the_frame_scanner_finds_every_frame_start_at_every_split() {
+        let frames: &[&[u8]] = &[
+            b"+OK\r\n",
+            b"$5\r\nhe\r\no\r\n",
+            b"$-1\r\n",
+            b"*2\r\n:1\r\n$3\r\nabc\r\n",
+            b"*-1\r\n",
+            b"%1\r\n+a\r\n*1\r\n:2\r\n",
+            b"|1\r\n+k\r\n+v\r\n:7\r\n",
+            b"-ERR no\r\n",
+            b">3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n",
+            b"*0\r\n",
+            b"=7\r\ntxt:abc\r\n",
+        ];
+        let stream: Vec<u8> = frames.concat();
+        let mut starts = Vec::new();
+        let mut at = 0;
+        for frame in frames {
+            starts.push(at);
+            at += frame.len();
+        }
+        for a in 0..=stream.len() {
+            for b in a..=stream.len() {
+                let mut scanner = FrameScanner::default();
+                let mut found = Vec::new();
+                for (from, to) in [(0, a), (a, b), (b, stream.len())] {
+                    found.extend(
+                        scanner
+                            .boundaries(&stream[from..to])
+                            .iter()
+                            .map(|i| i + from),
+                    );
+                }
+                assert_eq!(found, starts, "split at {a} and {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn drop_next_reply_containing_drops_only_that_reply() {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start_for(&server);
+        let mut conn = connect(&proxy.url()).expect("connect");
+        proxy.drop_next_reply_containing(b"marker");
+        assert_eq!(
+            ping(&mut conn).expect("a reply without the pattern"),
+            "PONG"
+        );
+        let lost: redis::RedisResult<String> = redis::cmd("ECHO").arg("a marker").query(&mut conn);
+        assert!(lost.expect_err("dropped").is_connection_dropped());
+        assert_eq!((proxy.replies_dropped(), proxy.resets()), (1, 1));
+        let mut conn = connect(&proxy.url()).expect("connect again");
+        let echoed: String = redis::cmd("ECHO")
+            .arg("a marker")
+            .query(&mut conn)
+            .expect("once only");
+        assert_eq!(echoed, "a marker");
     }
 
     #[test]
