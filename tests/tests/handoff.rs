@@ -307,20 +307,31 @@ async fn hand_off_can_be_turned_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_release_that_was_sent_hands_nothing_to_a_waiter() {
     let server = RedisServer::start();
+    // One connection for everything, the default two, and two acquisition connections.
+    for (connections, name) in [(1, "sent-1"), (2, "sent-2"), (3, "sent-3")] {
+        dropped_release_after_it_was_sent(&server, connections, name).await;
+    }
+}
+
+async fn dropped_release_after_it_was_sent(
+    server: &RedisServer,
+    connections: usize,
+    name: &'static str,
+) {
     // Replies come late through the proxy, so the release runs on the server while its
     // future is still pending.
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start_for(server);
     let locks = Client::builder(&proxy.url())
         .local_handoff(8, Duration::from_secs(3600))
-        .connections(1)
+        .connections(connections)
         .connect()
         .await
         .expect("connect");
-    let other = client(&server).await;
+    let other = client(server).await;
     // The release script is loaded first: a NOSCRIPT round trip would time out below.
     let warm = locks.lock("warm").try_acquire().await.expect("free");
     warm.release().await.expect("release");
-    let held = locks.lock("sent").try_acquire().await.expect("free");
+    let held = locks.lock(name).try_acquire().await.expect("free");
     proxy.reply_latency(Duration::from_millis(800));
     let mut release = Box::pin(held.release());
     // Polled by hand until the server has run it; its answer is on its way, unread.
@@ -332,17 +343,17 @@ async fn a_dropped_release_that_was_sent_hands_nothing_to_a_waiter() {
             panic!("the release finished before the server had run it: {r:?}");
         }
         tokio::task::yield_now().await;
-        freed = value(&server, "sent").await.is_none();
+        freed = value(server, name).await.is_none();
     }
     proxy.reply_latency(Duration::ZERO);
     assert!(freed, "the release never reached the server");
-    let theirs = other.lock("sent").try_acquire().await.expect("freed");
-    let waiter = spawn_waiter(&locks, "sent", Duration::from_secs(30), false);
-    waiting(&locks, "sent", 1).await;
+    let theirs = other.lock(name).try_acquire().await.expect("freed");
+    let waiter = spawn_waiter(&locks, name, Duration::from_secs(30), false);
+    waiting(&locks, name, 1).await;
     drop(release);
     // Nothing was handed over: the waiter still waits in its slot.
     assert_eq!(
-        handoff_waiters(&locks, "sent"),
+        handoff_waiters(&locks, name),
         1,
         "the dropped release handed the hold on"
     );
@@ -354,6 +365,6 @@ async fn a_dropped_release_that_was_sent_hands_nothing_to_a_waiter() {
         .expect("task")
         .expect("acquired after the release");
     assert!(guard.is_held());
-    assert!(value(&server, "sent").await.is_some());
+    assert!(value(server, name).await.is_some());
     guard.release().await.expect("release");
 }
