@@ -441,6 +441,7 @@ pub struct ClientBuilder {
     max_key_len: usize,
     handoff: Option<HandOffLimits>,
     connections: Option<usize>,
+    allow_eviction: bool,
     #[cfg(feature = "tls")]
     tls_root_cert: Option<Vec<u8>>,
 }
@@ -461,7 +462,8 @@ impl std::fmt::Debug for ClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("max_key_len", &self.max_key_len)
             .field("handoff", &self.handoff)
-            .field("connections", &self.connections);
+            .field("connections", &self.connections)
+            .field("allow_eviction", &self.allow_eviction);
         #[cfg(feature = "tls")]
         out.field(
             "tls_root_cert",
@@ -488,6 +490,7 @@ impl ClientBuilder {
             max_key_len: DEFAULT_MAX_KEY_LEN,
             handoff: None,
             connections: None,
+            allow_eviction: false,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         }
@@ -605,6 +608,22 @@ impl ClientBuilder {
         self
     }
 
+    /// Lock on servers that may evict keys under memory pressure (default `false`: refused).
+    ///
+    /// A Redis server with any `maxmemory-policy` but `noeviction` deletes keys when it runs
+    /// out of memory, and lock keys carry a ttl, so the `volatile-*` policies pick them first:
+    /// a second owner then takes a lock whose first owner still says held, and nothing tells
+    /// either. So the client reads each server's policy (`INFO memory`) when it connects and
+    /// after every reconnection, and refuses a policy that may evict with
+    /// [`Error::InvalidConfig`] (at [`connect`](Self::connect), or at the next acquisition
+    /// after a reconnection). Run the lock server with `maxmemory-policy noeviction`; if you
+    /// cannot, and accept that a held lock may vanish, `allow_eviction(true)` skips the check
+    /// (logged at WARN when the client connects).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
     /// Longest accepted lock name in bytes (default 8 KiB).
     pub fn max_key_len(mut self, bytes: usize) -> Self {
         self.max_key_len = bytes;
@@ -677,6 +696,7 @@ impl ClientBuilder {
             // A quorum node: one connection for the subscriptions and renewals, one for the
             // acquisitions (see `conn::link`).
             lanes: if n == 1 { connections } else { 2 },
+            allow_eviction: self.allow_eviction,
             #[cfg(feature = "tls")]
             tls_root_cert: self.tls_root_cert.clone(),
         };
@@ -772,6 +792,7 @@ impl ClientBuilder {
             response_timeout: self.response_timeout,
             restart_guard: None,
             lanes: 1,
+            allow_eviction: self.allow_eviction,
             #[cfg(feature = "tls")]
             tls_root_cert: None,
         };

@@ -83,3 +83,87 @@ fn a_builder_prints_no_password() {
         );
     }
 }
+
+/// A server that may evict keys may evict a held lock (a second owner then takes it while the
+/// first still says held): such a server is refused when the client connects, unless the
+/// client opted in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_keys_is_refused_unless_allowed() {
+    for policy in ["volatile-ttl", "allkeys-lru"] {
+        let server = RedisServer::builder()
+            .args(["--maxmemory", "64mb", "--maxmemory-policy", policy])
+            .start();
+        let refused = Client::connect(&server.url()).await.unwrap_err();
+        assert!(
+            matches!(refused, Error::InvalidConfig { ref reason } if reason.contains(policy) && reason.contains("allow_eviction")),
+            "{policy}: {refused}"
+        );
+        let allowed = Client::builder(&server.url())
+            .allow_eviction(true)
+            .connect()
+            .await
+            .expect("allowed");
+        allowed
+            .lock("evictable")
+            .try_acquire()
+            .await
+            .expect("free")
+            .release()
+            .await
+            .expect("release");
+    }
+}
+
+/// The policy is read again after a reconnection (the server may have been restarted with
+/// another configuration): the next acquisition on it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_turned_to_evicting_is_refused_after_a_reconnection() {
+    let server = RedisServer::start();
+    let locks = Client::connect(&server.url()).await.expect("noeviction");
+    locks
+        .lock("before")
+        .try_acquire()
+        .await
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    let mut admin = server.connection();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .exec(&mut admin)
+        .expect("CONFIG SET");
+    // Every connection but the admin's is closed: the client reconnects.
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .exec(&mut admin)
+        .expect("CLIENT KILL");
+    let refused = wait_until_async(Duration::from_secs(10), || async {
+        matches!(
+            locks.lock("after").try_acquire().await,
+            Err(Error::InvalidConfig { ref reason }) if reason.contains("allkeys-lru")
+        )
+    })
+    .await;
+    assert!(refused, "a server that may now evict keys was still used");
+}
+
+/// A Redis user that may not run `INFO` cannot have the policy checked: a clear error saying
+/// what to grant, not a bare NOPERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_info_is_told_what_to_grant() {
+    let server = RedisServer::start();
+    let rules = common::ACL_RULES.replace(" +info", "");
+    let url = common::add_locker(&server, &rules);
+    let refused = Client::connect(&url).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::InvalidConfig { ref reason } if reason.contains("+info")),
+        "{refused}"
+    );
+}

@@ -33,8 +33,6 @@ use redis::{
 };
 use tokio::sync::Notify;
 
-use crate::notify::Channels;
-
 /// How often the sentinels are asked even when nothing went wrong.
 const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// Pause between two tries while no sentinel names a reachable master.
@@ -66,7 +64,8 @@ struct Shared {
     recheck: Arc<Notify>,
     /// Channels this client listens on, to subscribe again on a new master.
     subscriptions: Mutex<HashSet<Vec<u8>>>,
-    channels: Arc<Channels>,
+    /// Where push frames go (the wake-ups), and the disconnection a switch of master means.
+    sink: PushSink,
 }
 
 impl SentinelConn {
@@ -75,7 +74,7 @@ impl SentinelConn {
     /// failovers (abort it to stop).
     pub(crate) async fn connect(
         settings: SentinelSettings,
-        channels: Arc<Channels>,
+        sink: PushSink,
     ) -> RedisResult<(SentinelConn, tokio::task::AbortHandle)> {
         let limit = settings.connect_timeout;
         let found = tokio::time::timeout(limit, async {
@@ -102,7 +101,7 @@ impl SentinelConn {
             settings,
             recheck: Arc::new(Notify::new()),
             subscriptions: Mutex::new(HashSet::new()),
-            channels,
+            sink,
         });
         let first = open(&shared, info).await?;
         *lock(&shared.current) = Some((addr, first));
@@ -227,7 +226,7 @@ async fn switch(shared: &Shared, addr: String, conn: Conn) {
         let _ = change(&conn, &channel, true).await;
     }
     // Releases published on the old master are lost: every waiter tries once now.
-    shared.channels.on_push(PushInfo {
+    (shared.sink)(PushInfo {
         kind: PushKind::Disconnection,
         data: Vec::new(),
     });
@@ -315,14 +314,14 @@ async fn connect_plain(
 async fn open(shared: &Arc<Shared>, info: redis::ConnectionInfo) -> RedisResult<Conn> {
     let settings = &shared.settings;
     let weak = Arc::downgrade(shared);
-    let channels = shared.channels.clone();
+    let sink = shared.sink.clone();
     let on_push: PushSink = Arc::new(move |push: PushInfo| {
         if push.kind == PushKind::Disconnection {
             if let Some(shared) = weak.upgrade() {
                 shared.recheck.notify_one();
             }
         }
-        channels.on_push(push);
+        sink(push);
     });
     let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
     if let Some(link) = Link::new(

@@ -25,6 +25,7 @@
 //! it out of quorums for a while, but run Redis with `appendfsync always` where fencing
 //! matters).
 
+mod eviction;
 pub(crate) mod node;
 
 use std::future::Future;
@@ -152,6 +153,7 @@ impl Nodes {
         }
         self.records.rewrite_if_old(&self.nodes);
         if let Some(mut conn) = self.single(id) {
+            self.nodes[0].eviction.check(&mut conn).await?;
             let server = &self.nodes[0].quirks;
             if let Some(replicas) = replicas {
                 let call = algorithm.acquire_cmd(key, id, ttl_ms, ask, server.refuses_set_nx_get());
@@ -179,6 +181,7 @@ impl Nodes {
         let get_refused = self.nodes.iter().any(|n| n.quirks.refuses_set_nx_get());
         let call = &algorithm.acquire_cmd(key, id, ttl_ms, ask, get_refused);
         let mut answers = self.fan_out(false, |node, mut conn| async move {
+            node.eviction.check(&mut conn).await?;
             algorithm.send_acquire(&mut conn, call, &node.quirks).await
         });
         let (mut granted, mut busy, mut errors) = (Vec::new(), Vec::new(), Vec::new());

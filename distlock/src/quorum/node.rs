@@ -34,6 +34,8 @@ use crate::conn::{Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
 use crate::notify::Channels;
 
+use super::eviction::EvictionCheck;
+
 /// How often a suspect node's `run_id` is read again while it does not answer.
 const RECHECK: Duration = Duration::from_millis(100);
 
@@ -46,6 +48,8 @@ pub(crate) struct NodeSettings {
     pub(crate) restart_guard: Option<Duration>,
     /// Connections to a single node (see [`Node::lane`]); at least 1.
     pub(crate) lanes: usize,
+    /// Lock on servers whose `maxmemory-policy` may evict keys (see [`super::eviction`]).
+    pub(crate) allow_eviction: bool,
     /// PEM root certificate(s) to trust instead of the webpki roots (`rediss://` only).
     #[cfg(feature = "tls")]
     pub(crate) tls_root_cert: Option<Vec<u8>>,
@@ -60,6 +64,8 @@ pub(crate) struct Node {
     pub(crate) addr: String,
     /// What the server was found to refuse (per node: another node may be newer).
     pub(crate) quirks: ServerQuirks,
+    /// Whether the server may evict keys, read again after every reconnection.
+    pub(crate) eviction: Arc<EvictionCheck>,
     health: Arc<Health>,
     /// The task that re-reads the run_id after a disconnection; stopped with the node.
     monitor: Option<tokio::task::AbortHandle>,
@@ -123,30 +129,39 @@ impl Node {
             .set_tcp_settings(crate::conn::link::tcp_settings());
         let client = open_client(info, settings).map_err(bad_url)?;
         let health = Arc::new(Health::default());
+        let eviction = Arc::new(EvictionCheck::new(&addr, settings.allow_eviction));
         // The push handler lives inside the connection, so it must not own the connection
         // (a cycle would leak it): it only flags the node and wakes the monitor task.
         let (recheck, rechecks) = mpsc::unbounded_channel::<()>();
         let on_push: PushSink = {
             let (health, guarded) = (health.clone(), settings.restart_guard.is_some());
-            let recheck = recheck.clone();
+            let (recheck, eviction) = (recheck.clone(), eviction.clone());
             Arc::new(move |push: PushInfo| {
-                if guarded && push.kind == PushKind::Disconnection {
-                    health.suspect.store(true, Ordering::Release);
-                    let _ = recheck.send(());
+                if push.kind == PushKind::Disconnection {
+                    eviction.reconnected();
+                    if guarded {
+                        health.suspect.store(true, Ordering::Release);
+                        let _ = recheck.send(());
+                    }
                 }
                 channels.on_push(push);
             })
         };
-        // Guarded nodes: an acquisition connection that had to open again saw the server go
-        // away, perhaps restarted empty, so the node is distrusted until its `INFO` is read,
-        // as when the first connection says it was disconnected (whichever notices first).
-        let reopened: Option<Arc<dyn Fn() + Send + Sync>> = settings.restart_guard.map(|_| {
+        // An acquisition connection that had to open again saw the server go away, perhaps
+        // restarted (empty, or with another configuration): its eviction policy is read
+        // again, and a guarded node is distrusted until its `INFO` is read, as when the first
+        // connection says it was disconnected (whichever notices first).
+        let reopened: Option<Arc<dyn Fn() + Send + Sync>> = {
             let (health, recheck) = (health.clone(), recheck.clone());
-            Arc::new(move || {
-                health.suspect.store(true, Ordering::Release);
-                let _ = recheck.send(());
-            }) as Arc<dyn Fn() + Send + Sync>
-        });
+            let (guarded, eviction) = (settings.restart_guard.is_some(), eviction.clone());
+            Some(Arc::new(move || {
+                eviction.reconnected();
+                if guarded {
+                    health.suspect.store(true, Ordering::Release);
+                    let _ = recheck.send(());
+                }
+            }) as Arc<dyn Fn() + Send + Sync>)
+        };
         let lanes = settings.lanes.max(1);
         let info = client.get_connection_info();
         let first = Link::new(
@@ -193,6 +208,11 @@ impl Node {
         };
         let conn: Conn = lanes.first().cloned().expect("at least one connection");
         let failure = failure.map(|e| connect_error(&addr, e));
+        if failure.is_none() {
+            // Refused at once rather than at the first lock: a misconfigured server is found
+            // when the service starts.
+            eviction.check(&mut conn.clone()).await?;
+        }
         let monitor = match settings.restart_guard {
             None => None,
             Some(delay) => {
@@ -216,6 +236,7 @@ impl Node {
             lanes: if lanes.len() == 1 { Vec::new() } else { lanes },
             addr,
             quirks: ServerQuirks::default(),
+            eviction,
             health,
             monitor,
         };
@@ -242,9 +263,16 @@ impl Node {
             .map(|u| u.as_str().into_connection_info())
             .collect::<Result<Vec<_>, _>>()
             .map_err(bad_url)?;
-        let on_push = move |push: PushInfo| {
-            channels.on_push(push);
-            Ok::<(), std::convert::Infallible>(())
+        let eviction = Arc::new(EvictionCheck::new(&addr, settings.allow_eviction));
+        let on_push = {
+            let eviction = eviction.clone();
+            move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection {
+                    eviction.reconnected();
+                }
+                channels.on_push(push);
+                Ok::<(), std::convert::Infallible>(())
+            }
         };
         let client = redis::cluster::ClusterClientBuilder::new(infos)
             .use_protocol(ProtocolVersion::RESP3)
@@ -267,11 +295,14 @@ impl Node {
                 ))
             }
         };
+        let mut conn = Conn::Cluster(conn);
+        eviction.check(&mut conn).await?;
         Ok(Node {
-            conn: Conn::Cluster(conn),
+            conn,
             lanes: Vec::new(),
             addr,
             quirks: ServerQuirks::default(),
+            eviction,
             health: Arc::new(Health::default()),
             monitor: None,
         })
@@ -311,14 +342,28 @@ impl Node {
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
         };
-        let (conn, monitor) = SentinelConn::connect(sentinel_settings, channels)
+        let eviction = Arc::new(EvictionCheck::new(&addr, settings.allow_eviction));
+        // A new master, or the same one after a reconnection: its policy is read again.
+        let sink: PushSink = {
+            let eviction = eviction.clone();
+            Arc::new(move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection {
+                    eviction.reconnected();
+                }
+                channels.on_push(push);
+            })
+        };
+        let (conn, monitor) = SentinelConn::connect(sentinel_settings, sink)
             .await
             .map_err(|e| connect_error(&addr, e))?;
+        let mut conn = Conn::Sentinel(conn);
+        eviction.check(&mut conn).await?;
         Ok(Node {
-            conn: Conn::Sentinel(conn),
+            conn,
             lanes: Vec::new(),
             addr,
             quirks: ServerQuirks::default(),
+            eviction,
             health: Arc::new(Health::default()),
             monitor: Some(monitor),
         })

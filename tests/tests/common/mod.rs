@@ -183,9 +183,10 @@ pub async fn assert_safe(observer: &Observer) {
     );
 }
 
-/// The ACL rules the README gives a locking service (after `on >password`).
+/// The ACL rules the operations guide gives a locking service (after `on >password`). `INFO`
+/// is filed under `@dangerous`: the client reads the server's eviction policy with it.
 pub const ACL_RULES: &str =
-    "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous";
+    "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous +info";
 
 /// Creates (or replaces) the user `locker`, password `s3cret`, with `rules` on `server`, and
 /// returns its URL there. ACLs are per server: a deployment needs it on every server.
