@@ -2,7 +2,9 @@
 //! resets the connection each time (the request reached the server and changed it; the
 //! answer never came back). Each mode runs the same workload without faults, then with them:
 //! 0 exclusion violations, 0 lost updates, 0 lock keys left 300 ms after the last release,
-//! and at least half the sections per second of the fault-free run. The figures are printed.
+//! and at least half the sections per second of the fault-free run. A second half loses only
+//! the subscriptions' confirmations, which once left waiters asleep on a connection the server
+//! had no subscription on. The figures are printed.
 
 mod common;
 
@@ -20,6 +22,8 @@ const KEYS: usize = 2;
 const RUN: Duration = Duration::from_secs(1);
 const ROUNDS: usize = 3;
 const DROP: f64 = 0.02;
+/// A RESP3 `SUBSCRIBE` confirmation (a push frame), which the second half of the tier loses.
+const SUBSCRIBED: &[u8] = b"$9\r\nsubscribe\r\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -274,6 +278,40 @@ async fn lost_reply_tier_keeps_every_mode_safe_and_fast_with_two_percent_of_repl
         assert!(
             ratio >= 0.5,
             "{mode:?}: {:.0}/s with lost replies against {:.0}/s without",
+            faulty.per_second(),
+            clean.per_second()
+        );
+    }
+    // Only the subscriptions' confirmations lost (each with a reset of its connection): the
+    // waiters must still hear the releases on the connection that came back.
+    for mode in [Mode::Setnx, Mode::ReadMostly] {
+        let (mut clean, mut faulty) = (Figures::default(), Figures::default());
+        let mut dropped = 0;
+        for round in 0..ROUNDS {
+            proxy.clear();
+            let prefix = format!("clean-sub-{mode:?}-{round}");
+            clean.add(run(&clients, &observer_url, mode, &prefix).await);
+            check(&observer_url, mode, &prefix).await;
+            proxy.drop_replies_containing(SUBSCRIBED, 0.5);
+            let dropped_before = proxy.replies_dropped();
+            let prefix = format!("lossy-sub-{mode:?}-{round}");
+            faulty.add(run(&clients, &observer_url, mode, &prefix).await);
+            dropped += proxy.replies_dropped() - dropped_before;
+            proxy.clear();
+            check(&observer_url, mode, &prefix).await;
+        }
+        let ratio = faulty.per_second() / clean.per_second();
+        report.push(format!(
+            "{:<10} clean {:>7.0}/s   half the SUBSCRIBE confirmations lost {:>7.0}/s  ({ratio:.2}x; {} lost, {} calls failed)",
+            format!("{mode:?}"),
+            clean.per_second(),
+            faulty.per_second(),
+            dropped,
+            faulty.errors
+        ));
+        assert!(
+            ratio >= 0.5,
+            "{mode:?}: {:.0}/s with lost subscription confirmations against {:.0}/s without",
             faulty.per_second(),
             clean.per_second()
         );
