@@ -16,6 +16,7 @@ use crate::notify::{Channels, Notifier};
 use crate::quorum::{Node, NodeSettings, Nodes};
 use crate::reentrant;
 use crate::setnx;
+use crate::sync::lock;
 use crate::watchdog::Watchdog;
 
 /// Default time to open a connection; an unreachable server is reported after this long.
@@ -182,7 +183,7 @@ impl Inner {
     }
 
     fn holds(&self) -> std::sync::MutexGuard<'_, LocalHolds> {
-        self.holds.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.holds)
     }
 }
 

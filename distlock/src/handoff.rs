@@ -32,6 +32,7 @@ use crate::context::LockContext;
 use crate::guard::release_in_background;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
+use crate::sync::lock;
 use crate::telemetry::Labels;
 
 /// Default for [`HandOffLimits::passes`].
@@ -167,7 +168,7 @@ pub(crate) struct Queue {
 
 impl Queue {
     fn slots(&self) -> std::sync::MutexGuard<'_, (VecDeque<Slot>, u64)> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.slots)
     }
 
     /// Opens a slot at the back of `owner`'s queue.

@@ -32,6 +32,7 @@ use redis::Value;
 use crate::conn::Conn;
 use crate::key::record_key;
 use crate::quorum::Node;
+use crate::sync::lock;
 
 /// How long a process record lives after its last write.
 pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -95,7 +96,7 @@ static SITES: LazyLock<Mutex<Sites>> = LazyLock::new(|| {
 static SITE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 fn sites() -> std::sync::MutexGuard<'static, Sites> {
-    SITES.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&SITES)
 }
 
 /// The site's number, given at its first use. Each thread remembers the last site it asked

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::error::Error;
+use crate::sync::lock;
 use crate::telemetry::Labels;
 
 /// Shortest accepted ttl. Below this the clock-drift allowance (2 ms) eats the lease.
@@ -97,7 +98,7 @@ impl LeaseState {
     }
 
     fn deadline(&self) -> Duration {
-        self.valid.lock().unwrap_or_else(|e| e.into_inner()).0
+        lock(&self.valid).0
     }
 
     /// When the lease stops being trustworthy, as an `Instant` (for timers and retries).
@@ -118,7 +119,7 @@ impl LeaseState {
     /// `remaining` left; refused (returns false and declares the lease lost) if the lease had
     /// already run out on our clock.
     pub(crate) fn renewed(&self, sent: Instant, remaining: Duration) -> bool {
-        let mut valid = self.valid.lock().unwrap_or_else(|e| e.into_inner());
+        let mut valid = lock(&self.valid);
         if self.lost.load(Ordering::Acquire) || boot_now() >= valid.0 {
             drop(valid);
             self.declare_lost();

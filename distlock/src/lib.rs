@@ -172,6 +172,7 @@ mod quorum;
 mod reentrant;
 mod rwlock;
 mod setnx;
+mod sync;
 mod telemetry;
 mod token;
 mod wait;

@@ -32,6 +32,7 @@ use crate::handoff::{self, OpenSlot, Terms, Transfer};
 use crate::key::{lock_of_channel, LockKey};
 use crate::probe::Probing;
 use crate::quorum::{until_answered, Nodes};
+use crate::sync::lock;
 
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
@@ -138,7 +139,7 @@ const HEARD: usize = 16;
 impl Channel {
     /// True the first time a release's wake-up id is heard.
     fn first_hearing(&self, id: &[u8]) -> bool {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        let mut heard = lock(&self.heard);
         if heard.iter().any(|h| h.as_slice() == id) {
             return false;
         }
@@ -271,8 +272,7 @@ impl Channels {
         let busy = waiting.is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
             || attempts.contains_key(key.lock());
         if busy {
-            let until =
-                waiting.and_then(|ch| *ch.holder_until.lock().unwrap_or_else(|e| e.into_inner()));
+            let until = waiting.and_then(|ch| *lock(&ch.holder_until));
             return Arrival::Queue {
                 holder_until: until.filter(|&t| t > Instant::now()),
             };
@@ -309,9 +309,9 @@ impl Channels {
             return;
         };
         let now = Instant::now();
-        let rival = *ch.rival_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let rival = *lock(&ch.rival_seen);
         if rival.is_some_and(|t| now.saturating_duration_since(t) < RIVAL_WINDOW) {
-            *ch.courtesy_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(now + COURTESY);
+            *lock(&ch.courtesy_until) = Some(now + COURTESY);
         }
     }
 
@@ -338,7 +338,7 @@ impl Channels {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ChannelMap> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.map)
     }
 
     /// Wakes every sleeping waiter of this process for one attempt.
@@ -351,7 +351,7 @@ impl Channels {
     fn attempts(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, usize, foldhash::quality::RandomState>> {
-        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.attempts)
     }
 }
 
@@ -510,34 +510,22 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// Records how long the holder's lease has left, for waiters queueing after us.
     pub(crate) fn holder_seen(&self, remaining: Duration) {
-        *self
-            .ch
-            .holder_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + remaining);
+        *lock(&self.ch.holder_until) = Some(Instant::now() + remaining);
     }
 
     /// When the holder's lease ends at the latest, as last seen by any local waiter.
     pub(crate) fn holder_until(&self) -> Option<Instant> {
-        *self
-            .ch
-            .holder_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        *lock(&self.ch.holder_until)
     }
 
     /// Records that a waiter woken by a release found the lock taken by another process.
     pub(crate) fn rival_seen(&self) {
-        *self.ch.rival_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *lock(&self.ch.rival_seen) = Some(Instant::now());
     }
 
     /// Until when local waiters woken by a release hold back, if they do.
     pub(crate) fn courtesy_until(&self) -> Option<Instant> {
-        *self
-            .ch
-            .courtesy_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        *lock(&self.ch.courtesy_until)
     }
 
     /// Joins the lock's queue of waiters that take a hold handed to them.

@@ -34,7 +34,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -43,6 +43,7 @@ use tokio::net::TcpStream;
 
 use super::subscriptions::Subscriptions;
 use super::wire::{tick, PushSink, Wire};
+use crate::sync::lock;
 
 /// A connection with subscriptions on which nothing was read for this long is sent a `PING`.
 const PING_AFTER: Duration = Duration::from_secs(1);
@@ -352,8 +353,4 @@ pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
 /// treats as transient (retried, the attempt possibly taken).
 pub(super) fn failure(kind: io::ErrorKind) -> RedisError {
     io::Error::new(kind, "the connection to Redis failed").into()
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -27,6 +27,7 @@ use redis::aio::{
 };
 
 use super::{Conn, Link, PushSink};
+use crate::sync::lock;
 use redis::{
     AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, PushKind,
     RedisError, RedisFuture, RedisResult, Value,
@@ -377,8 +378,4 @@ fn is_no_answer(e: &RedisError) -> bool {
 
 fn is_readonly(e: &RedisError) -> bool {
     e.code() == Some("READONLY") || e.to_string().contains("READONLY")
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -17,8 +17,9 @@ use std::sync::Mutex;
 
 use redis::{PushKind, RedisResult, Value};
 
-use super::link::{lock, Link};
+use super::link::Link;
 use super::wire::{Confirm, Wire};
+use crate::sync::lock;
 
 /// Tries of a subscription whose connection failed before the confirmation came (a lost
 /// confirmation resets the connection): each on a new connection.

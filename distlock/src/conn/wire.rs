@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
@@ -32,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use super::resp::Decoder;
+use crate::sync::lock;
 
 /// Where a connection's push frames go (and its disconnection, once it was open).
 pub(crate) type PushSink = Arc<dyn Fn(PushInfo) + Send + Sync>;
@@ -535,8 +536,4 @@ impl Drop for Unwritten<'_> {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -35,6 +35,7 @@ use crate::error::{Error, Op};
 use crate::notify::Channels;
 
 use super::eviction::EvictionCheck;
+use crate::sync::lock;
 
 /// How often a suspect node's `run_id` is read again while it does not answer.
 const RECHECK: Duration = Duration::from_millis(100);
@@ -457,10 +458,6 @@ where
         }
         tokio::time::sleep(pause).await;
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What `INFO server` says about the server process.

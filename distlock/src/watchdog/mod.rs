@@ -40,6 +40,7 @@ use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::{valid_until, LeaseState};
 use crate::quorum::Nodes;
+use crate::sync::lock;
 
 /// Most renewals in one pipeline. A server answers a pipeline only once it has run all of it:
 /// a chunk this size is answered well within a quorum's node timeout, where a tick's whole
@@ -136,21 +137,15 @@ impl Shared {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.table)
     }
 
     fn sleeping_until(&self) -> Option<Instant> {
-        *self
-            .sleeping_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        *lock(&self.sleeping_until)
     }
 
     fn set_sleeping_until(&self, at: Option<Instant>) {
-        *self
-            .sleeping_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = at;
+        *lock(&self.sleeping_until) = at;
     }
 }
 
