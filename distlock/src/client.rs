@@ -5,9 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::config::{
+    HandOffLimits, Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN,
+    DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, MAX_CONNECTIONS,
+};
 use crate::context::LockContext;
 use crate::error::{Error, NodeError};
-use crate::handoff::HandOffLimits;
 use crate::holders::Records;
 use crate::key::{self, LockKey};
 use crate::lease::LeaseState;
@@ -18,29 +21,6 @@ use crate::reentrant;
 use crate::setnx;
 use crate::sync::lock;
 use crate::watchdog::Watchdog;
-
-/// Default time to open a connection; an unreachable server is reported after this long.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time to wait for one reply. Far below any sensible ttl, so a stalled server is
-/// noticed while a lease can still be renewed elsewhere or given up cleanly.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default key prefix: keeps lock keys apart from the application's own keys.
-pub const DEFAULT_PREFIX: &str = "distlock";
-/// Default longest lock name in bytes. Lock names are identifiers; a name this long is
-/// almost certainly a value pasted in by mistake (and every acquire would send it).
-pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
-/// Default number of connections of a single-node client (see [`ClientBuilder::connections`]):
-/// one for wake-ups, renewals and inspection, one for acquisitions (on plain TCP the
-/// acquisition connection is distlock's own, on which the calling tasks write and read the
-/// socket themselves). More connections spread many tasks' acquisitions over more sockets,
-/// but each request then shares its system calls with fewer others; on the 2-core VMs
-/// measured, 2 was never the slowest (see [Connections](crate::guide::design#connections)).
-pub const DEFAULT_CONNECTIONS: usize = 2;
-/// The most connections [`ClientBuilder::connections`] accepts.
-pub const MAX_CONNECTIONS: usize = 64;
-/// Default time a quorum node's server must have been up before its vote counts: the default
-/// ttl.
-pub const DEFAULT_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
 /// share its connections (to one node: [`DEFAULT_CONNECTIONS`] connections, see
@@ -842,51 +822,6 @@ enum Shape {
     Cluster,
     /// Sentinels, and the master name they know.
     Sentinel(String),
-}
-
-/// Replica acknowledgement: after a write acquisition, wait until `count` replicas of the
-/// master that took it have confirmed the write (`WAIT count timeout`, sent on the same
-/// connection right behind the acquire script, so it counts that write), or `timeout` passed.
-/// With fewer confirmations the acquisition is undone and fails with
-/// [`Error::ReplicasNotConfirmed`].
-///
-/// What it buys: a lock granted this way is on `count` replicas, so a failover that promotes
-/// one of them keeps the lock held, instead of handing it to the next caller. What it does
-/// not: `WAIT` is not strong consistency. The promoted replica may be one that did not
-/// confirm (pick `count` = all replicas to rule that out), renewals and releases are not
-/// waited for, and the master still answers other requests while it waits. See
-/// [Replica acknowledgement](crate::guide::deployments#replica-acknowledgement).
-///
-/// Redis answers a `WAIT` only after it, so while replicas are slow or down every request
-/// of this client to that master waits behind it for up to `timeout`: keep the timeout far
-/// below the ttl and the response timeout (it must be below the latter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Replicas {
-    /// How many replicas must confirm.
-    pub count: u32,
-    /// How long to wait for them.
-    pub timeout: Duration,
-}
-
-impl Replicas {
-    pub(crate) fn validate(&self, response_timeout: Duration) -> Result<(), Error> {
-        if self.count == 0 {
-            return Err(Error::config("replicas: the count must be at least 1"));
-        }
-        if self.timeout.is_zero() || self.timeout.as_millis() == 0 {
-            // `WAIT n 0` would block forever.
-            return Err(Error::config(
-                "replicas: the timeout must be at least 1 ms (WAIT with 0 blocks forever)",
-            ));
-        }
-        if self.timeout >= response_timeout {
-            return Err(Error::config(format!(
-                "replicas: the timeout {:?} must be below the response timeout {response_timeout:?}, or every WAIT that runs its course would be reported as a lost connection",
-                self.timeout
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// The URL without its password, for messages.

@@ -484,7 +484,7 @@ pub(crate) fn spawn_release(
         return;
     };
     let nodes = client.inner().nodes.clone();
-    let until = until.unwrap_or_else(|| Instant::now() + crate::lock::DEFAULT_TTL);
+    let until = until.unwrap_or_else(|| Instant::now() + crate::config::DEFAULT_TTL);
     runtime.spawn(async move {
         // Nobody is left to report to; the lease bounds the cost of a failure.
         let _ = release_retrying(&nodes, algorithm, &key, &id, until, u32::MAX, true).await;

@@ -28,41 +28,13 @@ use tokio::sync::oneshot;
 
 use crate::algorithm::{Algorithm, HoldId};
 use crate::client::Client;
+use crate::config::HandOffLimits;
 use crate::context::LockContext;
 use crate::guard::release_in_background;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::sync::lock;
 use crate::telemetry::Labels;
-
-/// Default for [`HandOffLimits::passes`].
-pub(crate) const MAX_LOCAL_HANDOFFS: u32 = 8;
-
-/// Default for [`HandOffLimits::window`].
-pub(crate) const LOCAL_WINDOW: Duration = Duration::from_millis(25);
-
-/// How far one hold from Redis may pass between the tasks of a client
-/// ([`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HandOffLimits {
-    /// Most passes before the hold is really released. Each pass saves about two round
-    /// trips; the bound caps how many acquisitions other processes' waiters sit out before
-    /// they get a fair try. Zero: no hand-off.
-    pub(crate) passes: u32,
-    /// Passes happen only within this time of when the hold was taken from Redis: with long
-    /// holds a round trip saved is worth little, and other processes' waiters must not wait
-    /// behind a string of them.
-    pub(crate) window: Duration,
-}
-
-impl Default for HandOffLimits {
-    fn default() -> Self {
-        HandOffLimits {
-            passes: MAX_LOCAL_HANDOFFS,
-            window: LOCAL_WINDOW,
-        }
-    }
-}
 
 /// Hand-off slots open in this process: lets a release with nobody waiting skip the lookup.
 static OPEN_SLOTS: AtomicUsize = AtomicUsize::new(0);

@@ -156,6 +156,7 @@
 
 mod algorithm;
 mod client;
+mod config;
 mod conn;
 mod context;
 mod error;
@@ -178,17 +179,17 @@ mod token;
 mod wait;
 mod watchdog;
 
-pub use client::{
-    default_client, default_quorum_client, set_default, Client, ClientBuilder, Replicas,
-    DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT, MAX_CONNECTIONS,
+pub use client::{default_client, default_quorum_client, set_default, Client, ClientBuilder};
+pub use config::{
+    Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
 };
 pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECORD_KEPT};
 pub use lease::{MAX_TTL, MIN_TTL};
-pub use lock::{LockRequest, DEFAULT_TTL, DEFAULT_WAIT};
+pub use lock::LockRequest;
 
 pub mod guide;
 

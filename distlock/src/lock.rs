@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use crate::algorithm::{Algorithm, Ask, Attempt, HoldId, OwnerKind};
-use crate::client::{Client, Replicas};
+use crate::client::Client;
+use crate::config::{Replicas, DEFAULT_TTL, DEFAULT_WAIT};
 use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
@@ -22,13 +23,6 @@ use crate::telemetry::{Labels, Outcome, NO_LABEL};
 use crate::token;
 use crate::wait::Waiter;
 use crate::watchdog::Watch;
-
-/// Default ttl of a lock: long enough that a stalled renewal (a slow network, a busy server)
-/// is retried several times before the lease ends, short enough that a crashed holder
-/// blocks others for seconds, not minutes. The watchdog keeps it alive while you hold it.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-/// Default time [`LockRequest::acquire`] waits for a busy lock.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 /// A lock about to be taken; see [`Client::lock`]. Set the ttl and wait, then call
 /// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).

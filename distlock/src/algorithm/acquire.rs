@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::{evalsha, invoke, is_wrong_type, script_error, with_body, Algorithm, HoldId};
-use crate::client::Replicas;
+use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};

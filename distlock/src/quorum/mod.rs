@@ -35,7 +35,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
-use crate::client::Replicas;
+use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
 use crate::holders::Records;
