@@ -22,6 +22,7 @@ pub(crate) mod link;
 pub(crate) mod resp;
 pub(crate) mod sentinel;
 mod subscriptions;
+pub(crate) mod url;
 mod wire;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -289,43 +290,4 @@ fn parse_cluster_slots(reply: &Value) -> Vec<(u16, u16, String, u16)> {
             (!host.is_empty() && host != "?").then_some((first, last, host, port))
         })
         .collect()
-}
-
-/// The Redis Cluster slot of a key: CRC16 of its hash tag (or of the whole key without one),
-/// modulo 16384.
-pub(crate) fn slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let len = key[open + 1..].iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &key[open + 1..open + 1 + len])
-    });
-    let mut crc: u16 = 0;
-    for &b in tagged.unwrap_or(key) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn slots_are_computed_like_redis_cluster() {
-        // `CLUSTER KEYSLOT` answers.
-        assert_eq!(super::slot(b"foo"), 12182);
-        assert_eq!(
-            super::slot(b"{user1000}.following"),
-            super::slot(b"user1000")
-        );
-        assert_eq!(
-            super::slot(b"distlock:{order:42}:fence"),
-            super::slot(b"order:42")
-        );
-        assert_eq!(super::slot(b"a{}b"), super::slot(b"a{}b")); // empty tag: whole key
-    }
 }

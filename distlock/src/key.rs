@@ -178,7 +178,7 @@ impl LockKey {
 
     /// The Redis Cluster slot of every key of this lock.
     pub(crate) fn slot(&self) -> u16 {
-        crate::conn::slot(&self.base)
+        slot(&self.base)
     }
 
     /// The key that holds the lock, shared: a reference count, not a copy.
@@ -322,8 +322,38 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The Redis Cluster slot of a key: CRC16 of its hash tag (or of the whole key without one),
+/// modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+        (len > 0).then(|| &key[open + 1..open + 1 + len])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(key) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn slots_are_computed_like_redis_cluster() {
+        // `CLUSTER KEYSLOT` answers.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"distlock:{order:42}:fence"), slot(b"order:42"));
+        assert_eq!(slot(b"a{}b"), slot(b"a{}b")); // empty tag: whole key
+    }
+
     use std::collections::HashMap;
 
     use proptest::prelude::*;
@@ -351,7 +381,7 @@ mod tests {
         let mut seen: HashMap<Vec<u8>, (Option<Kind>, String)> = HashMap::new();
         for name in names {
             let all = keys(prefix, &name);
-            let slot = crate::conn::slot(&all[0].1);
+            let first = slot(&all[0].1);
             for (kind, key) in all {
                 let shown = String::from_utf8_lossy(&key).into_owned();
                 if let Some(earlier) = seen.insert(key.clone(), (kind, name.clone())) {
@@ -359,7 +389,7 @@ mod tests {
                         return Err(format!("`{shown}` is {earlier:?} and {:?}", (kind, &name)));
                     }
                 }
-                if crate::conn::slot(&key) != slot {
+                if slot(&key) != first {
                     return Err(format!("`{shown}` of `{name}` is in another slot"));
                 }
                 let back = name_of(prefix, &key);
@@ -449,8 +479,8 @@ mod tests {
     fn a_users_hash_tag_chooses_the_slot() {
         assert_eq!(key("order:{42}").slot(), key("payment:{42}").slot());
         assert_eq!(key("{42}:order").slot(), key("payment:{42}").slot());
-        assert_eq!(key("order:{42}").slot(), crate::conn::slot(b"42"));
-        assert_eq!(key("order:42").slot(), crate::conn::slot(b"order:42"));
+        assert_eq!(key("order:{42}").slot(), slot(b"42"));
+        assert_eq!(key("order:42").slot(), slot(b"order:42"));
     }
 
     #[test]

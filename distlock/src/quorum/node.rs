@@ -117,7 +117,7 @@ impl Node {
         channels: Arc<Channels>,
         lazy_if_down: bool,
     ) -> Result<(Node, Option<Error>), Error> {
-        let addr = crate::client::redact(url);
+        let addr = crate::conn::url::redact(url);
         let bad_url =
             |e: redis::RedisError| Error::config(format!("cannot use Redis URL `{addr}`: {e}"));
         let info = url.into_connection_info().map_err(bad_url)?;
@@ -254,7 +254,7 @@ impl Node {
     ) -> Result<Node, Error> {
         let addr = urls
             .iter()
-            .map(|u| crate::client::redact(u))
+            .map(|u| crate::conn::url::redact(u))
             .collect::<Vec<_>>()
             .join(",");
         let bad_url =
@@ -320,7 +320,7 @@ impl Node {
         let addr = format!(
             "{} ({master_name})",
             urls.iter()
-                .map(|u| crate::client::redact(u))
+                .map(|u| crate::conn::url::redact(u))
                 .collect::<Vec<_>>()
                 .join(",")
         );
