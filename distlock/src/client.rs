@@ -11,11 +11,11 @@ use crate::config::{
 };
 use crate::context::LockContext;
 use crate::error::{Error, NodeError};
-use crate::holders::Records;
 use crate::key::{self, LockKey};
 use crate::lease::LeaseState;
 use crate::lock::LockRequest;
 use crate::notify::{Channels, Notifier};
+use crate::quorum::Records;
 use crate::quorum::{Node, NodeSettings, Nodes};
 use crate::reentrant;
 use crate::setnx;
@@ -804,7 +804,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 prefix: self.prefix,
                 max_key_len: self.max_key_len,
-                id: crate::token::client_id(),
+                id: crate::identity::client_id(),
                 notifier: Notifier::new(channels, nodes.clone()),
                 watchdog: Watchdog::start(nodes.clone()),
                 nodes,

@@ -162,7 +162,7 @@ mod context;
 mod error;
 mod guard;
 mod handoff;
-mod holders;
+mod identity;
 mod inspect;
 mod key;
 mod lease;
@@ -175,7 +175,6 @@ mod rwlock;
 mod setnx;
 mod sync;
 mod telemetry;
-mod token;
 mod wait;
 mod watchdog;
 

@@ -15,12 +15,11 @@ use crate::context::LockContext;
 use crate::error::{is_transient, Error};
 use crate::guard::{spawn_release, Guard, Registration};
 use crate::handoff::{Tenure, Terms, Transfer};
-use crate::holders;
+use crate::identity;
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
 use crate::quorum::Nodes;
 use crate::telemetry::{Labels, Outcome, NO_LABEL};
-use crate::token;
 use crate::wait::Waiter;
 use crate::watchdog::Watch;
 
@@ -271,8 +270,8 @@ impl<'c> LockRequest<'c> {
                 min_hold,
             };
             let site = match site {
-                Some(site) => holders::Site::Fn(site),
-                None => holders::Site::Caller(caller),
+                Some(site) => identity::Site::Fn(site),
+                None => identity::Site::Caller(caller),
             };
             let inner = client.inner();
             let replicas = replicas.or(inner.replicas);
@@ -295,10 +294,10 @@ impl<'c> LockRequest<'c> {
             // Who takes it, for inspection: in the owner token itself (setnx, one buffer per
             // acquisition), or stored beside the owner's hold by the script.
             let (context_owner, holder_text): (Arc<str>, Arc<str>) = match algorithm.owner {
-                OwnerKind::Token => (token::no_nonce(), token::no_nonce()),
+                OwnerKind::Token => (identity::no_nonce(), identity::no_nonce()),
                 OwnerKind::Context => (
                     Arc::from(format!("{}:{context}", inner.id)),
-                    Arc::from(holders::describe(site)),
+                    Arc::from(identity::describe(site)),
                 ),
             };
             // An id names one acquisition: a retry after a lost reply finds its own hold in place
@@ -306,9 +305,9 @@ impl<'c> LockRequest<'c> {
             let lane = context.lane();
             let fresh_id = || match algorithm.owner {
                 OwnerKind::Token => HoldId {
-                    owner: token::owner_token_described(site),
-                    nonce: token::no_nonce(),
-                    holder: token::no_nonce(),
+                    owner: identity::owner_token_described(site),
+                    nonce: identity::no_nonce(),
+                    holder: identity::no_nonce(),
                     lane,
                 },
                 OwnerKind::Context => HoldId {
@@ -340,7 +339,7 @@ impl<'c> LockRequest<'c> {
                 }
                 _ => None,
             };
-            let site_number = holders::site_number(site);
+            let site_number = identity::site_number(site);
             let started = Instant::now();
             let deadline = started.checked_add(wait);
             let mut waiter = Waiter::new(&inner.notifier, &key, terms.clone(), algorithm.shared);

@@ -413,12 +413,12 @@ fn is_syntax_error(e: &redis::RedisError) -> bool {
 }
 
 /// True when a string value has the shape of a setnx lock's (see
-/// `token::owner_token_described`): a token and a tab. Earlier builds wrote 32 hex digits
+/// `identity::owner_token_described`): a token and a tab. Earlier builds wrote 32 hex digits
 /// as the token, which passes too (a value it misjudges only costs the script call).
 fn is_lock_value(value: &[u8]) -> bool {
     let token = value.iter().position(|&c| c == b'\t').unwrap_or(0);
     (16..=32).contains(&token)
         && value[..token]
             .iter()
-            .all(|c| crate::holders::ALPHABET.contains(c))
+            .all(|c| crate::identity::ALPHABET.contains(c))
 }

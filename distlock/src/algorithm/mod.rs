@@ -44,7 +44,7 @@ pub(crate) use acquire::{Ask, Attempt, ServerQuirks};
 pub(crate) struct HoldId {
     pub(crate) owner: Arc<str>,
     pub(crate) nonce: Arc<str>,
-    /// Who took it (`holders::describe`), stored by the acquire script with the acquisition for
+    /// Who took it (`identity::describe`), stored by the acquire script with the acquisition for
     /// inspection; empty where the owner token already carries it (setnx).
     pub(crate) holder: Arc<str>,
     /// Which of a single node's connections its commands travel on (see

@@ -4,7 +4,7 @@
 //! number, the time), written by the acquire script in the same step as the hold (setnx: after
 //! the owner token in the lock's value; reentrant and write holds: as the value of the
 //! acquisition's field); the process's record says what the tag and number stand for (host,
-//! pid, site; see `holders`). Inspection reads both; the lock path pays about 20 bytes per
+//! pid, site; see `identity` and `quorum::records`). Inspection reads both; the lock path pays about 20 bytes per
 //! hold and one write per call site and server.
 
 use std::collections::BTreeSet;
@@ -14,10 +14,10 @@ use redis::{Script, Value};
 
 use crate::client::Client;
 use crate::error::{Error, Op};
-use crate::holders::{self, Described};
+use crate::identity::{self, Described};
 use crate::key::{name_of, Kind, LockKey};
+use crate::quorum::records;
 use crate::telemetry;
-use crate::token;
 
 static INSPECT: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(include_str!("inspect.lua")));
@@ -172,7 +172,7 @@ impl Client {
                 if let Some(holder) = &mut info.holder {
                     let prefix = &self.inner().prefix;
                     (holder.host, holder.pid, holder.site) =
-                        holders::look_up(&mut conn, prefix, described).await;
+                        records::look_up(&mut conn, prefix, described).await;
                 }
             }
             let info = info.map(|(info, _)| info);
@@ -200,9 +200,9 @@ impl Client {
                 "force_unlock needs a reason: it is logged and kept beside the lock",
             ));
         }
-        let by = holders::process_description();
+        let by = identity::process_description();
         let wake = if self.is_quorum() {
-            token::wake_id()
+            identity::wake_id()
         } else {
             String::new()
         };
@@ -349,7 +349,7 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Reads a hold's description: `<tag>.<site>.<at>` (see `holders`), returned too for the
+/// Reads a hold's description: `<tag>.<site>.<at>` (see `identity`), returned too for the
 /// look-up of the process's record, or the `host=..\tpid=..\tsite=..\tat=..` that earlier
 /// builds wrote whole.
 fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
@@ -357,7 +357,7 @@ fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
         owner,
         ..Holder::default()
     };
-    if let Some(d) = holders::parse(text) {
+    if let Some(d) = identity::parse(text) {
         h.process = Some(d.process.clone());
         h.acquired_at = Some(d.at);
         return (h, Some(d));

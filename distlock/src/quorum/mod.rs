@@ -27,6 +27,7 @@
 
 mod eviction;
 pub(crate) mod node;
+pub(crate) mod records;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
@@ -38,11 +39,12 @@ use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
 use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
-use crate::holders::Records;
+
+use crate::identity;
 use crate::key::{Kind, LockKey};
 use crate::notify::Channels;
-use crate::token;
 pub(crate) use node::{until_answered, Node, NodeSettings};
+pub(crate) use records::Records;
 
 static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
@@ -312,7 +314,7 @@ impl Nodes {
         id: &HoldId,
     ) -> Result<bool, Error> {
         let listening = self.channels.listening(key);
-        let cmd = Arc::new(algorithm.release_cmd(key, id, &token::wake_id(), false, listening));
+        let cmd = Arc::new(algorithm.release_cmd(key, id, &identity::wake_id(), false, listening));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
             async move {
@@ -327,7 +329,7 @@ impl Nodes {
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
         let listening = self.channels.listening(key);
-        let cmd = &algorithm.release_cmd(key, id, &token::wake_id(), false, listening);
+        let cmd = &algorithm.release_cmd(key, id, &identity::wake_id(), false, listening);
         self.fan_out(true, |_, mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await
         })

@@ -1,43 +1,91 @@
-//! Who holds a lock: the short description stored with every hold, and the per-process
-//! record it points to.
+//! Who is who: owner tokens, client ids, and the short description of who holds a lock.
 //!
 //! A hold is described as `<process>.<site>.<at>`: the process's tag (8 characters drawn once
 //! per process), the number of the call site in that process, and the time it was taken (unix
 //! ms), both in base 36. What the tag and the number stand for (host, pid, the locked fn or the
-//! `file:line` of the call) is written once per process and server to the process's record,
-//! the hash `<prefix>:#process:{<tag>}` (see `key.rs`: no lock name reaches it), not with
-//! every hold. A setnx lock's value is its token
-//! and this description, 41 or 42 bytes: at most 44 bytes Redis keeps a string in one
-//! allocation with its header, and every byte of the value is copied, compared and sent back
-//! on every acquisition and release. The full description (about 120 bytes) cost the server
-//! about 2,800 instructions per uncontended cycle, a tenth of its work (see
-//! examples/bench/RESULTS.md and the CHANGELOG's performance history).
-//!
-//! The record is written before a site's first hold on each server (one round trip per site,
-//! client and server), and written again in the background once a minute at most while the
-//! client acquires or renews (a restarted server or a failover lost it); it expires a day after
-//! the last write. Inspection reads it beside the lock; where it is gone, the holder is still
-//! named by its tag and acquisition time.
+//! `file:line` of the call) is written once per process and server to the process's record
+//! (see `nodes::records`), not with every hold. A setnx lock's value is its token and this
+//! description, 41 or 42 bytes: at most 44 bytes Redis keeps a string in one allocation with
+//! its header, and every byte of the value is copied, compared and sent back on every
+//! acquisition and release (examples/bench/RESULTS.md has what the longer description cost).
 
 use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
-use redis::aio::ConnectionLike;
-use redis::Value;
 
-use crate::conn::Conn;
-use crate::key::record_key;
-use crate::quorum::Node;
 use crate::sync::lock;
 
-/// How long a process record lives after its last write.
-pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(24 * 3600);
-/// At most how often a client writes its record again, while it acquires or renews.
-const REWRITE_EVERY: Duration = Duration::from_secs(60);
+/// Length of an owner token.
+pub(crate) const TOKEN_LEN: usize = 21;
+
+/// 126 random bits as 21 characters of URL-safe base 64, appended to `s`: a fresh owner token
+/// for one acquisition, so a release or extension can prove it is the holder (the usual
+/// value is a random UUID, which has 122).
+fn push_owner_token(s: &mut String) {
+    let bits = rand::rng().random::<u128>();
+    let mut chars = [0u8; TOKEN_LEN];
+    for (i, c) in chars.iter_mut().enumerate() {
+        *c = ALPHABET[(bits >> (6 * i)) as usize & 63];
+    }
+    // Written as one str, not 21 chars (each `char` push encodes UTF-8 and checks capacity).
+    s.push_str(std::str::from_utf8(&chars).unwrap_or_default());
+}
+
+/// A fresh owner token that also says who holds the lock (see the module doc):
+/// the token, a tab, then the description, 41 or 42 bytes. A setnx lock keeps only its token
+/// as its value, so the description rides in it; release and renewal compare the whole value.
+/// Built in one buffer and shared (the guard and the watchdog both keep it): two allocations
+/// per acquisition. The description up to its time is composed once per thread and site, not
+/// per acquisition.
+pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
+    thread_local! {
+        static DESCRIBED: std::cell::RefCell<((usize, usize), String, String)> =
+            const { std::cell::RefCell::new(((0, 0), String::new(), String::new())) };
+    }
+    DESCRIBED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != site.id() || cached.1.is_empty() {
+            cached.1.clear();
+            push_up_to_time(&mut cached.1, site);
+            cached.0 = site.id();
+        }
+        // Composed in a buffer the thread keeps, then copied once into the shared value.
+        let mut s = std::mem::take(&mut cached.2);
+        s.clear();
+        push_owner_token(&mut s);
+        s.push('\t');
+        s.push_str(&cached.1);
+        push_time(&mut s);
+        let value = Arc::from(s.as_str());
+        cached.2 = s;
+        value
+    })
+}
+
+/// The nonce of an acquisition that needs none (a setnx lock on one node: its token already
+/// names the acquisition, and its release is heard once). Shared, so it costs no allocation.
+pub(crate) fn no_nonce() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    EMPTY.clone()
+}
+
+/// An id unique to one release call, in this process and across processes: what a quorum's
+/// setnx release publishes (see `notify`).
+pub(crate) fn wake_id() -> String {
+    static PROCESS: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| rand::rng().random());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}.{n:x}", *PROCESS)
+}
+
+/// 64 random bits as 16 hex digits, naming one client (one process's connection set).
+pub(crate) fn client_id() -> String {
+    format!("{:016x}", rand::rng().random::<u64>())
+}
 
 /// Where a lock is taken: the locked fn (set by the attributes) or the caller's source
 /// location. Both live for the whole program, so their address names them.
@@ -97,6 +145,16 @@ static SITE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 fn sites() -> std::sync::MutexGuard<'static, Sites> {
     lock(&SITES)
+}
+
+/// How many call sites this process has numbered so far.
+pub(crate) fn site_count() -> usize {
+    SITE_COUNT.load(Ordering::Acquire)
+}
+
+/// The names of this process's call sites, by number.
+pub(crate) fn site_names() -> Vec<Arc<str>> {
+    sites().names.clone()
 }
 
 /// The site's number, given at its first use. Each thread remembers the last site it asked
@@ -209,7 +267,7 @@ pub(crate) fn process_description() -> String {
 
 /// This machine's name, as the kernel knows it (Linux), else the usual variables; computed
 /// once per process.
-fn host() -> &'static str {
+pub(crate) fn host() -> &'static str {
     static HOST: LazyLock<String> = LazyLock::new(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
@@ -221,142 +279,6 @@ fn host() -> &'static str {
             .replace(['\t', '\n'], " ")
     });
     &HOST
-}
-
-/// What one client has written to the record on each of its servers.
-pub(crate) struct Records {
-    key: Vec<u8>,
-    written: Vec<Written>,
-}
-
-#[derive(Default)]
-struct Written {
-    /// How many of the process's sites the server's record has (or was last sent).
-    sites: AtomicUsize,
-    /// When it was last written, in ms since [`EPOCH`]; 0 before the first write.
-    at_ms: AtomicU64,
-}
-
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn now_ms() -> u64 {
-    // Never 0, which means "never written".
-    EPOCH.elapsed().as_millis() as u64 + 1
-}
-
-impl Records {
-    pub(crate) fn new(prefix: &str, nodes: usize) -> Records {
-        Records {
-            key: record_key(prefix, process_tag()),
-            written: (0..nodes).map(|_| Written::default()).collect(),
-        }
-    }
-
-    /// True when some server's record may lack the site numbered `site`.
-    pub(crate) fn lacks(&self, site: u32) -> bool {
-        let site = site as usize;
-        self.written
-            .iter()
-            .any(|w| w.sites.load(Ordering::Relaxed) <= site)
-    }
-
-    /// Writes the record, with every site of the process, to the servers whose record lacks
-    /// the site numbered `site`, and waits for them (at most `timeout`), so that a hold from
-    /// that site is never found without it. `conns` gives each server's connection in order:
-    /// the one the acquisition itself goes on, so the record is written before it there (a
-    /// second task of the same new site, racing the first one's write, may take its hold
-    /// before the write lands: its holder then shows without host for that moment). A
-    /// failed write is not retried before the next rewrite (see
-    /// [`rewrite_if_old`](Self::rewrite_if_old)), so a server that refuses it costs one round
-    /// trip per site, not one per acquisition.
-    pub(crate) async fn write_lacking(&self, site: u32, conns: Vec<Conn>, timeout: Duration) {
-        let count = SITE_COUNT.load(Ordering::Acquire);
-        let now = now_ms();
-        let writes = conns
-            .into_iter()
-            .zip(&self.written)
-            .filter_map(|(mut conn, w)| {
-                if w.sites.load(Ordering::Relaxed) > site as usize {
-                    return None;
-                }
-                w.sites.fetch_max(count, Ordering::Relaxed);
-                w.at_ms.store(now, Ordering::Relaxed);
-                let cmd = self.write_cmd();
-                Some(async move {
-                    let _ =
-                        tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await;
-                })
-            });
-        futures_util::future::join_all(writes).await;
-    }
-
-    /// Writes a record again in the background where its last write is over a minute old.
-    pub(crate) fn rewrite_if_old(&self, nodes: &[Node]) {
-        let now = now_ms();
-        let every = REWRITE_EVERY.as_millis() as u64;
-        for (node, w) in nodes.iter().zip(&self.written) {
-            let last = w.at_ms.load(Ordering::Relaxed);
-            if last == 0 || now.saturating_sub(last) < every {
-                continue;
-            }
-            // One writer per minute, whoever wins.
-            if w.at_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
-            }
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
-            let mut conn: Conn = node.conn.clone();
-            let cmd = self.write_cmd();
-            runtime.spawn(async move {
-                let _ =
-                    tokio::time::timeout(REWRITE_EVERY, cmd.query_async::<Value>(&mut conn)).await;
-            });
-        }
-    }
-
-    /// The record as one pipeline: every site's name, host and pid, and the expiry.
-    fn write_cmd(&self) -> redis::Pipeline {
-        let names: Vec<Arc<str>> = sites().names.clone();
-        let mut hset = redis::cmd("HSET");
-        hset.arg(&self.key)
-            .arg("host")
-            .arg(host())
-            .arg("pid")
-            .arg(std::process::id());
-        for (n, name) in names.iter().enumerate() {
-            hset.arg(site_field(n as u32)).arg(&**name);
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(hset);
-        pipe.cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(RECORD_KEPT.as_millis() as u64);
-        pipe
-    }
-}
-
-/// What a process's record says about one of its holds: host, pid and the site's name.
-pub(crate) async fn look_up(
-    conn: &mut impl ConnectionLike,
-    prefix: &str,
-    described: &Described,
-) -> (Option<String>, Option<u32>, Option<String>) {
-    let reply: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> =
-        redis::cmd("HMGET")
-            .arg(record_key(prefix, &described.process))
-            .arg("host")
-            .arg("pid")
-            .arg(site_field(described.site))
-            .query_async(conn)
-            .await;
-    match reply {
-        Ok((host, pid, site)) => (host, pid.and_then(|p| p.parse().ok()), site),
-        Err(_) => (None, None, None),
-    }
 }
 
 #[cfg(test)]
@@ -393,5 +315,38 @@ mod tests {
         ] {
             assert_eq!(parse(text), None, "{text}");
         }
+    }
+
+    fn owner_token() -> String {
+        let mut s = String::new();
+        super::push_owner_token(&mut s);
+        s
+    }
+
+    #[test]
+    fn tokens_are_fixed_width_and_distinct() {
+        let a = owner_token();
+        let b = owner_token();
+        assert_eq!(a.len(), super::TOKEN_LEN);
+        assert!(a.bytes().all(|c| super::ALPHABET.contains(&c)));
+        assert_ne!(a, b);
+        assert_eq!(super::client_id().len(), 16);
+    }
+
+    #[test]
+    fn a_described_token_stays_within_one_allocation_on_the_server() {
+        let long = super::Site::Fn("a::long::module::path::to::a::locked::fn::with::a::long::name");
+        let described = super::owner_token_described(long);
+        // Redis keeps a string of at most 44 bytes in one allocation with its header.
+        assert!(described.len() <= 44, "{described}");
+        let (token, holder) = described.split_once('\t').expect("a tab");
+        assert_eq!(token.len(), super::TOKEN_LEN);
+        let read = crate::identity::parse(holder).expect("a description");
+        assert_eq!(read.site, crate::identity::site_number(long));
+        // The cached description follows the site.
+        let here =
+            super::owner_token_described(super::Site::Caller(std::panic::Location::caller()));
+        let site = crate::identity::parse(here.split_once('\t').expect("tab").1).expect("read");
+        assert_ne!(site.site, read.site);
     }
 }
