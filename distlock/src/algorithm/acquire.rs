@@ -64,10 +64,10 @@ pub(crate) struct AcquireCall<'a> {
     id: &'a HoldId,
     ttl_ms: u64,
     ask: Ask,
-    pub(super) cmd: Cmd,
-    pub(super) plain: bool,
+    pub(crate) cmd: Cmd,
+    pub(crate) plain: bool,
     /// The plain command carries `GET` (a caller that does not wait).
-    pub(super) get: bool,
+    pub(crate) get: bool,
 }
 
 impl Algorithm {
@@ -121,7 +121,7 @@ impl Algorithm {
     }
 
     /// The acquire script's call (see the table above).
-    pub(super) fn acquire_script_cmd(
+    pub(crate) fn acquire_script_cmd(
         &self,
         key: &LockKey,
         id: &HoldId,

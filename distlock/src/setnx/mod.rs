@@ -8,6 +8,9 @@ use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
 
+#[cfg(test)]
+mod tests;
+
 /// The exclusive, non-reentrant lock.
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     name: "setnx",

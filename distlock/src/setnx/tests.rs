@@ -1,0 +1,160 @@
+//! The commands every mode's calls become: their KEYS and ARGV, argument by argument.
+
+use redis::Cmd;
+
+use crate::algorithm::*;
+use std::sync::Arc;
+
+use crate::key::{Kind, LockKey};
+
+fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .skip(2) // EVALSHA and the hash
+        .map(|a| match a {
+            redis::Arg::Simple(bytes) => bytes.to_vec(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn id(nonce: &str) -> HoldId {
+    HoldId {
+        owner: Arc::from("t0k3n"),
+        nonce: Arc::from(nonce),
+        holder: Arc::from(""),
+        lane: 0,
+    }
+}
+
+fn ask(waits: bool, fencing: bool) -> Ask {
+    Ask {
+        unsure: false,
+        want_holder_ttl: true,
+        waits,
+        fencing,
+    }
+}
+
+/// The KEYS of a script call: what `numkeys` says, and those arguments.
+fn declared(cmd: &Cmd) -> Vec<Vec<u8>> {
+    let all = args(cmd);
+    let n: usize = std::str::from_utf8(&all[0]).unwrap().parse().unwrap();
+    all[1..=n].to_vec()
+}
+
+#[test]
+fn only_a_waiting_acquire_sends_the_waits_flag() {
+    let setnx = &super::SETNX;
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let once = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(false, false)));
+    assert_eq!(once.len(), 1 + 1 + 7, "{once:?}");
+    let waiting = args(&setnx.acquire_script_cmd(&key, &id(""), 1000, ask(true, false)));
+    assert_eq!(waiting.len(), once.len() + 2, "{waiting:?}");
+    assert_eq!(waiting.last(), Some(&b"1".to_vec()));
+}
+
+/// Every key a script touches on a call is declared, and only those: the fencing counter
+/// when fencing, a setnx lock's waited-for mark when the caller waits (the acquire) and
+/// always for its release (which deletes the mark with the lock).
+#[test]
+fn script_calls_declare_exactly_the_keys_they_touch() {
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let (lock, fence, waited) = (
+        key.lock().to_vec(),
+        key.helper(Kind::Fence),
+        key.helper(Kind::Waited),
+    );
+    let setnx = &super::SETNX;
+    for (waits, fencing, expected) in [
+        (false, false, vec![lock.clone()]),
+        (false, true, vec![lock.clone(), fence.clone()]),
+        (true, false, vec![lock.clone(), waited.clone()]),
+        (
+            true,
+            true,
+            vec![lock.clone(), fence.clone(), waited.clone()],
+        ),
+    ] {
+        let cmd = setnx.acquire_script_cmd(&key, &id(""), 1000, ask(waits, fencing));
+        assert_eq!(declared(&cmd), expected, "waits {waits}, fencing {fencing}");
+    }
+    let release = setnx.release_cmd(&key, &id(""), "", false, false);
+    assert_eq!(declared(&release), [lock.clone(), waited]);
+    for mode in [
+        &*crate::reentrant::REENTRANT,
+        &*crate::rwlock::READ,
+        &*crate::rwlock::WRITE,
+    ] {
+        for waits in [false, true] {
+            let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
+            assert_eq!(declared(&cmd), [&lock[..]], "{}", mode.name);
+            let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, true));
+            assert_eq!(
+                declared(&cmd),
+                [lock.clone(), fence.clone()],
+                "{}",
+                mode.name
+            );
+        }
+        let release = mode.release_cmd(&key, &id("n"), "", true, false);
+        assert_eq!(declared(&release), [&lock[..]], "{}", mode.name);
+    }
+    for mode in [&*super::SETNX, &*crate::reentrant::REENTRANT] {
+        assert_eq!(
+            declared(&mode.extend_cmd(&key, &id("n"), 1000)),
+            [&lock[..]]
+        );
+    }
+}
+
+#[test]
+fn only_an_acquire_that_does_not_wait_asks_set_for_the_old_value() {
+    let setnx = &super::SETNX;
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let id = id("");
+    let words = |waits| -> Vec<Vec<u8>> {
+        let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits, false), false);
+        assert!(call.plain && call.get != waits);
+        call.cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect()
+    };
+    let set = [&b"SET"[..], b"p:{k}", b"t0k3n", b"NX", b"PX", b"1000"];
+    assert_eq!(words(true), set);
+    assert_eq!(words(false)[..6], set);
+    assert_eq!(words(false)[6..], [b"GET".to_vec()]);
+    // A server that refused `GET` gets the script from a caller that does not wait; a
+    // waiter's plain `SET .. NX PX` needs no `GET` and goes on as before.
+    assert!(
+        !setnx
+            .acquire_cmd(&key, &id, 1000, ask(false, false), true)
+            .plain
+    );
+    assert!(
+        setnx
+            .acquire_cmd(&key, &id, 1000, ask(true, false), true)
+            .plain
+    );
+}
+
+#[test]
+fn a_release_leaves_off_its_trailing_empty_arguments_only() {
+    let setnx = &super::SETNX;
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let keys = [&b"2"[..], b"p:{k}", b"p:#waited:{k}"];
+    let with = |rest: &[&[u8]]| -> Vec<Vec<u8>> {
+        keys.iter().chain(rest).map(|a| a.to_vec()).collect()
+    };
+    let plain = setnx.release_cmd(&key, &id(""), "", false, false);
+    assert_eq!(args(&plain), with(&[b"t0k3n"]));
+    let listening = setnx.release_cmd(&key, &id(""), "", false, true);
+    assert_eq!(args(&listening), with(&[b"t0k3n", b"", b"", b"", b"1"]));
+    let quorum = setnx.release_cmd(&key, &id(""), "w1", false, false);
+    assert_eq!(args(&quorum), with(&[b"t0k3n", b"", b"w1"]));
+    let sharded = setnx.release_cmd(&key, &id("n"), "", true, false);
+    assert_eq!(args(&sharded), with(&[b"t0k3n", b"n", b"", b"s"]));
+}
