@@ -287,7 +287,7 @@ impl Guard {
         // Off the table first: the waiter records the same lease under its own task.
         let held = std::mem::take(&mut self.registration.held);
         if held {
-            inner.unhold(self.key.lock(), &self.lease);
+            inner.holds.unhold(self.key.lock(), &self.lease);
         }
         let transfer = Transfer {
             client: self.client.clone(),
@@ -314,7 +314,9 @@ impl Guard {
             Some(transfer) => {
                 handoff::disarm(transfer);
                 if held {
-                    inner.hold(&self.key, tenure.context, self.lease.clone());
+                    inner
+                        .holds
+                        .hold(&self.key, tenure.context, self.lease.clone());
                     self.registration.held = true;
                 }
                 channels.before_release(&self.key);
@@ -332,7 +334,7 @@ impl Guard {
             inner.watchdog.unwatch(id);
         }
         if std::mem::take(&mut self.registration.held) {
-            inner.unhold(self.key.lock(), &self.lease);
+            inner.holds.unhold(self.key.lock(), &self.lease);
             self.lease.labels.unheld(self.held_for());
         }
     }

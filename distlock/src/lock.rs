@@ -54,7 +54,7 @@ impl<'c> LockRequest<'c> {
         LockRequest {
             client,
             algorithm,
-            key: client.key(name),
+            key: client.inner().key(name),
             ttl: DEFAULT_TTL,
             wait: DEFAULT_WAIT,
             watchdog: true,
@@ -284,7 +284,7 @@ impl<'c> LockRequest<'c> {
                 replicas.validate(inner.response_timeout)?;
             }
             // The current context, or the one around it that already holds this lock.
-            let holder = inner.holder_in_scope(key.lock());
+            let holder = inner.holds.holder_in_scope(key.lock());
             let context = holder.unwrap_or_else(LockContext::current);
             if algorithm.owner == OwnerKind::Token && holder.is_some() {
                 return Err(Error::Reentrant {
@@ -609,7 +609,7 @@ impl Grant<'_> {
                 lease: lease.clone(),
             })
         });
-        inner.hold(&key, context, lease.clone());
+        inner.holds.hold(&key, context, lease.clone());
         Guard::new(
             self.client,
             self.algorithm,
@@ -629,7 +629,9 @@ impl Grant<'_> {
     fn adopt(&self, mut transfer: Transfer, context: LockContext, terms: Option<Terms>) -> Guard {
         transfer.armed = false;
         let inner = self.client.inner();
-        inner.hold(&transfer.key, context, transfer.lease.clone());
+        inner
+            .holds
+            .hold(&transfer.key, context, transfer.lease.clone());
         let now = Instant::now();
         let tenure = terms.map(|terms| Tenure {
             terms,

@@ -155,7 +155,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
-        let key = self.key(name.as_ref())?;
+        let key = self.inner().key(name.as_ref())?;
         let mut first: Option<Result<LockInfo, Error>> = None;
         for node in &self.inner().nodes.nodes {
             let mut conn = node.conn.clone();
@@ -193,7 +193,7 @@ impl Client {
     /// then it may still act as holder, which is what fencing tokens are for. Returns whether
     /// a lock was removed. On a quorum client it is removed from every node.
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>, reason: &str) -> Result<bool, Error> {
-        let key = self.key(name.as_ref())?;
+        let key = self.inner().key(name.as_ref())?;
         let reason = reason.trim();
         if reason.is_empty() {
             return Err(Error::config(

@@ -367,7 +367,7 @@ pub fn anchor<R>() -> R {
 /// handed to them by a local holder (see the crate's `handoff` module). For tests, which must
 /// know the waiter is in place before they release; not an API.
 pub fn handoff_waiters(client: &Client, name: &str) -> usize {
-    match client.key(name.as_bytes()) {
+    match client.inner().key(name.as_bytes()) {
         Ok(key) => client
             .inner()
             .notifier

@@ -146,9 +146,8 @@ fn a_release_leaves_off_its_trailing_empty_arguments_only() {
     let setnx = &super::SETNX;
     let key = LockKey::new("p", b"k", 64).unwrap();
     let keys = [&b"2"[..], b"p:{k}", b"p:#waited:{k}"];
-    let with = |rest: &[&[u8]]| -> Vec<Vec<u8>> {
-        keys.iter().chain(rest).map(|a| a.to_vec()).collect()
-    };
+    let with =
+        |rest: &[&[u8]]| -> Vec<Vec<u8>> { keys.iter().chain(rest).map(|a| a.to_vec()).collect() };
     let plain = setnx.release_cmd(&key, &id(""), "", false, false);
     assert_eq!(args(&plain), with(&[b"t0k3n"]));
     let listening = setnx.release_cmd(&key, &id(""), "", false, true);

@@ -1,411 +1,21 @@
-//! The lock client: one Redis deployment, its connection and its settings.
+//! Configuring and connecting a client.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{
     HandOffLimits, Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN,
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, MAX_CONNECTIONS,
 };
-use crate::context::LockContext;
 use crate::error::{Error, NodeError};
-use crate::key::{self, LockKey};
-use crate::lease::LeaseState;
-use crate::lock::LockRequest;
+use crate::key;
 use crate::notify::{Channels, Notifier};
-use crate::quorum::Records;
-use crate::quorum::{Node, NodeSettings, Nodes};
-use crate::reentrant;
-use crate::setnx;
-use crate::sync::lock;
+use crate::quorum::{Node, NodeSettings, Nodes, Records};
+use crate::runtime::Shared;
 use crate::watchdog::Watchdog;
 
-/// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
-/// share its connections (to one node: [`DEFAULT_CONNECTIONS`] connections, see
-/// [`ClientBuilder::connections`]), which reconnect by themselves after a failure.
-///
-/// ```no_run
-/// # async fn demo() -> Result<(), distlock::Error> {
-/// use std::time::Duration;
-/// let locks = distlock::Client::connect("redis://127.0.0.1:6379").await?;
-/// let guard = locks
-///     .lock("order:42")
-///     .ttl(Duration::from_secs(10))
-///     .wait(Duration::from_secs(2))
-///     .acquire()
-///     .await?;
-/// // ... the critical section (take it with `.fencing(true)` and `guard.fencing_token()`
-/// // orders writes to other systems) ...
-/// guard.release().await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Client {
-    inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    /// The servers: one, or the independent masters of a quorum.
-    pub(crate) nodes: Arc<Nodes>,
-    pub(crate) prefix: String,
-    pub(crate) max_key_len: usize,
-    /// Random per client: distinguishes owners across processes in reentrant and read/write
-    /// locks, whose owner is this id plus the task.
-    pub(crate) id: String,
-    pub(crate) notifier: Notifier,
-    pub(crate) watchdog: Watchdog,
-    /// Every hold taken through this client, by lock key, with the context that owns it. An
-    /// acquisition looks here first: a lock held by the current context or one around it is
-    /// re-entered (reentrant and read/write modes) without queueing behind the tasks that
-    /// wait for it, or refused at once (setnx: waiting on oneself would never end).
-    holds: Mutex<LocalHolds>,
-    /// Counter of acquisition nonces (see [`Inner::nonce`]).
-    nonces: AtomicU64,
-    /// The client's replica acknowledgement, if any.
-    pub(crate) replicas: Option<Replicas>,
-    pub(crate) response_timeout: Duration,
-    /// Bounds on passing a hold between this client's tasks (see `handoff`).
-    pub(crate) handoff: HandOffLimits,
-}
-
-/// Holds of one client by lock key: usually none or one per key, a few when nested.
-type LocalHolds = HashMap<Arc<[u8]>, HoldList, foldhash::quality::RandomState>;
-
-type Hold = (LockContext, Arc<LeaseState>);
-
-/// The holds of one lock: nearly always one, kept inline so that taking an uncontended lock
-/// allocates no list; a few when nested or shared.
-enum HoldList {
-    One(Hold),
-    Many(Vec<Hold>),
-}
-
-impl HoldList {
-    fn iter(&self) -> std::slice::Iter<'_, Hold> {
-        match self {
-            HoldList::One(hold) => std::slice::from_ref(hold).iter(),
-            HoldList::Many(holds) => holds.iter(),
-        }
-    }
-
-    /// Adds a hold, dropping those whose lease ran out: they no longer protect anything
-    /// (their guards may live on).
-    fn push(&mut self, hold: Hold) {
-        match self {
-            HoldList::One(only) if !only.1.is_valid() => *only = hold,
-            HoldList::One(_) => {
-                let HoldList::One(only) = std::mem::replace(self, HoldList::Many(Vec::new()))
-                else {
-                    unreachable!("matched One above")
-                };
-                *self = HoldList::Many(vec![only, hold]);
-            }
-            HoldList::Many(holds) => {
-                holds.retain(|(_, l)| l.is_valid());
-                holds.push(hold);
-            }
-        }
-    }
-
-    /// Removes the hold with this lease; true when none is left.
-    fn remove(&mut self, lease: &Arc<LeaseState>) -> bool {
-        match self {
-            HoldList::One((_, l)) => Arc::ptr_eq(l, lease),
-            HoldList::Many(holds) => {
-                holds.retain(|(_, l)| !Arc::ptr_eq(l, lease));
-                holds.is_empty()
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// The innermost enclosing context (see [`LockContext`]) that holds the lock at `key`
-    /// through this client with a lease still good. A lock nobody here holds costs one map
-    /// lookup.
-    pub(crate) fn holder_in_scope(&self, key: &[u8]) -> Option<LockContext> {
-        let holds = self.holds();
-        let here = holds.get(key)?;
-        LockContext::find_enclosing(|c| here.iter().any(|(h, l)| *h == c && l.is_valid()))
-    }
-
-    /// Records a hold until [`unhold`](Self::unhold).
-    pub(crate) fn hold(&self, key: &LockKey, context: LockContext, lease: Arc<LeaseState>) {
-        let mut holds = self.holds();
-        match holds.entry(key.shared().clone()) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(HoldList::One((context, lease)));
-            }
-            std::collections::hash_map::Entry::Occupied(mut here) => {
-                here.get_mut().push((context, lease));
-            }
-        }
-    }
-
-    /// Forgets the hold with this lease.
-    pub(crate) fn unhold(&self, key: &[u8], lease: &Arc<LeaseState>) {
-        let mut holds = self.holds();
-        if let Some(here) = holds.get_mut(key) {
-            if here.remove(lease) {
-                holds.remove(key);
-            }
-        }
-    }
-
-    /// A nonce naming one acquisition: this client's random id and a counter, so it is
-    /// unique across clients too (the holds of many owners share one read/write hash, and a
-    /// quorum's setnx release publishes it for waiters to count once).
-    pub(crate) fn nonce(&self) -> Arc<str> {
-        let n = self.nonces.fetch_add(1, Ordering::Relaxed);
-        Arc::from(format!("{}.{n:x}", self.id))
-    }
-
-    fn holds(&self) -> std::sync::MutexGuard<'_, LocalHolds> {
-        lock(&self.holds)
-    }
-}
-
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field(
-                "nodes",
-                &self
-                    .inner
-                    .nodes
-                    .nodes
-                    .iter()
-                    .map(|n| &n.addr)
-                    .collect::<Vec<_>>(),
-            )
-            .field("prefix", &self.inner.prefix)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Client {
-    /// Connects to one Redis node with default settings. The URL may be `redis://`, `rediss://`
-    /// (with the `tls` feature), carry `user:password@` and a database number.
-    pub async fn connect(url: &str) -> Result<Client, Error> {
-        Client::builder(url).connect().await
-    }
-
-    /// Starts configuring a client for one Redis node.
-    pub fn builder(url: &str) -> ClientBuilder {
-        ClientBuilder::new(vec![url.to_owned()])
-    }
-
-    /// Connects to N >= 3 independent Redis masters and locks by majority (Redlock): every
-    /// lock is taken on all of them in parallel and held only while a majority (N/2 + 1)
-    /// granted it in time. Errors on a minority of nodes are tolerated. A node counts only once
-    /// its server has been up for the restart delay (30 s by default; see
-    /// [`ClientBuilder::restart_delay`]).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), distlock::Error> {
-    /// let locks = distlock::Client::quorum([
-    ///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
-    /// ])
-    /// .await?;
-    /// let guard = locks.lock("payout:7").acquire().await?;
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn quorum<I, S>(urls: I) -> Result<Client, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Client::quorum_builder(urls).connect().await
-    }
-
-    /// Starts configuring a quorum client; see [`Client::quorum`].
-    pub fn quorum_builder<I, S>(urls: I) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        ClientBuilder::new(urls.into_iter().map(|u| u.as_ref().to_owned()).collect())
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (`seeds`: one is enough, more
-    /// survive one being down at start-up). Every mode works as on one node: all keys of a
-    /// lock share one slot (the hash tag in the key layout), each script goes to the master
-    /// of that slot, and redis-rs follows `MOVED`/`ASK` redirections and failovers. Waiters
-    /// are woken through sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), heard on the lock's shard
-    /// only. See [the deployments guide](crate::guide::deployments) for what a failover costs, and
-    /// [`ClientBuilder::replicas`] to make it unlikely to cost a held lock.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), distlock::Error> {
-    /// let locks = distlock::Client::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).await?;
-    /// let guard = locks.lock("order:42").acquire().await?;
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn cluster<I, S>(seeds: I) -> Result<Client, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Client::cluster_builder(seeds).connect().await
-    }
-
-    /// Starts configuring a Redis Cluster client; see [`Client::cluster`].
-    pub fn cluster_builder<I, S>(seeds: I) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let mut builder =
-            ClientBuilder::new(seeds.into_iter().map(|u| u.as_ref().to_owned()).collect());
-        builder.shape = Shape::Cluster;
-        builder
-    }
-
-    /// Connects to the master that the sentinels at `sentinels` know as `master_name`, and
-    /// follows it when Sentinel fails over to a replica. Requests only ever go to the server
-    /// the sentinels name as master and that says it is one; a server demoted meanwhile
-    /// refuses writes (`READONLY`), which makes the client ask the sentinels again. The data
-    /// servers are reached with the first sentinel URL's user, password and database.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), distlock::Error> {
-    /// let locks = distlock::Client::sentinel(
-    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
-    ///     "locks",
-    /// )
-    /// .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn sentinel<I, S>(sentinels: I, master_name: &str) -> Result<Client, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Client::sentinel_builder(sentinels, master_name)
-            .connect()
-            .await
-    }
-
-    /// Starts configuring a Sentinel client; see [`Client::sentinel`].
-    pub fn sentinel_builder<I, S>(sentinels: I, master_name: &str) -> ClientBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let mut builder = ClientBuilder::new(
-            sentinels
-                .into_iter()
-                .map(|u| u.as_ref().to_owned())
-                .collect(),
-        );
-        builder.shape = Shape::Sentinel(master_name.to_owned());
-        builder
-    }
-
-    /// True for a client over several independent masters (Redlock).
-    pub fn is_quorum(&self) -> bool {
-        self.inner.nodes.is_quorum()
-    }
-
-    /// An exclusive, non-reentrant lock (`SET NX PX` with a random owner token).
-    ///
-    /// The name may be any UTF-8 text; it is checked when the lock is acquired.
-    #[track_caller]
-    pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(
-            self,
-            &setnx::SETNX,
-            name.as_ref(),
-            std::panic::Location::caller(),
-        )
-    }
-
-    /// A reentrant exclusive lock: the same task (or [`LockContext`]) may take it again while
-    /// holding it, and must release it as often as it took it; other tasks wait.
-    #[track_caller]
-    pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(
-            self,
-            &reentrant::REENTRANT,
-            name.as_ref(),
-            std::panic::Location::caller(),
-        )
-    }
-
-    /// The shared side of a read/write lock: any number of tasks may hold it together, never
-    /// while a task holds [`write`](Self::write) of the same name. Reentrant per task like
-    /// [`reentrant`](Self::reentrant). Writers are preferred: while a writer waits, new
-    /// readers wait too (tasks already reading may re-enter), so readers cannot starve it.
-    ///
-    /// With [`fencing(true)`](LockRequest::fencing), a read guard's
-    /// [`fencing_token`](crate::Guard::fencing_token) is the token of the latest fenced write
-    /// (0 before the first): reads share it instead of each drawing a new one.
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
-    /// let doc = locks.read("doc:7").acquire().await?;
-    /// // ... read the document; other readers may be here too, writers are not ...
-    /// doc.release().await
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn read(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(
-            self,
-            &crate::rwlock::READ,
-            name.as_ref(),
-            std::panic::Location::caller(),
-        )
-    }
-
-    /// The exclusive side of a read/write lock: one task at a time, and no readers. Reentrant
-    /// per task; with [`fencing(true)`](LockRequest::fencing) every write tenure draws a new,
-    /// larger fencing token. The writer may
-    /// also take [`read`](Self::read) and then release the write guard to keep reading
-    /// (downgrade). A task holding only the read lock gets [`Error::Upgrade`] at once instead
-    /// of waiting forever: release the read lock first, or take the write lock from the start.
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
-    /// let write = locks.write("doc:7").fencing(true).acquire().await?;
-    /// // ... change the document, passing write.fencing_token() to the store ...
-    /// let read = locks.read("doc:7").try_acquire().await?; // the writer may always read
-    /// write.release().await?; // downgraded: still reading, other readers may join
-    /// read.release().await
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn write(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
-        LockRequest::new(
-            self,
-            &crate::rwlock::WRITE,
-            name.as_ref(),
-            std::panic::Location::caller(),
-        )
-    }
-
-    /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).
-    pub fn renewal_round_trips(&self) -> u64 {
-        self.inner.watchdog.round_trips()
-    }
-
-    /// Locks whose leases the watchdog is renewing right now.
-    pub fn renewing(&self) -> usize {
-        self.inner.watchdog.len()
-    }
-
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
-    }
-
-    pub(crate) fn key(&self, name: &[u8]) -> Result<LockKey, Error> {
-        LockKey::new(&self.inner.prefix, name, self.inner.max_key_len)
-    }
-}
+use super::Client;
 
 /// Settings for a [`Client`]; see [`Client::builder`].
 #[derive(Clone)]
@@ -462,10 +72,10 @@ impl std::fmt::Debug for ClientBuilder {
 }
 
 impl ClientBuilder {
-    fn new(urls: Vec<String>) -> Self {
+    pub(super) fn new(urls: Vec<String>, shape: Shape) -> Self {
         ClientBuilder {
             urls,
-            shape: Shape::Nodes,
+            shape,
             replicas: None,
             node_timeout: None,
             restart_delay: None,
@@ -801,14 +411,14 @@ impl ClientBuilder {
 
     fn finish(self, channels: Arc<Channels>, nodes: Arc<Nodes>) -> Client {
         Client {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Shared {
                 prefix: self.prefix,
                 max_key_len: self.max_key_len,
                 id: crate::identity::client_id(),
                 notifier: Notifier::new(channels, nodes.clone()),
                 watchdog: Watchdog::start(nodes.clone()),
                 nodes,
-                holds: Mutex::new(HashMap::default()),
+                holds: Default::default(),
                 nonces: AtomicU64::new(1),
                 replicas: self.replicas,
                 response_timeout: self.response_timeout,
@@ -820,44 +430,10 @@ impl ClientBuilder {
 
 /// Which deployment a [`ClientBuilder`] connects to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Shape {
+pub(super) enum Shape {
     /// One node, or the independent masters of a quorum.
     Nodes,
     Cluster,
     /// Sentinels, and the master name they know.
     Sentinel(String),
-}
-
-static DEFAULT: OnceLock<Client> = OnceLock::new();
-static DEFAULT_QUORUM: OnceLock<Client> = OnceLock::new();
-
-/// Sets the client that locked functions use when they name no `client = ..`. A quorum
-/// client ([`Client::quorum`]) and a single-node one have a default each, so a process can
-/// set both: `mode = "redlock"` fns use the quorum default, every other fn the single-node
-/// one (or the quorum default if that is the only one). Returns the client back as an error
-/// if a default of its kind was already set (the first one stays).
-pub fn set_default(client: Client) -> Result<(), Client> {
-    if client.is_quorum() {
-        DEFAULT_QUORUM.set(client)
-    } else {
-        DEFAULT.set(client)
-    }
-}
-
-/// The single-node client set with [`set_default`], else the quorum one, else
-/// [`Error::NoClient`].
-pub fn default_client() -> Result<&'static Client, Error> {
-    DEFAULT
-        .get()
-        .or_else(|| DEFAULT_QUORUM.get())
-        .ok_or(Error::NoClient)
-}
-
-/// The quorum client set with [`set_default`], else the single-node one (which a Redlock fn
-/// then refuses with a clear error), else [`Error::NoClient`].
-pub fn default_quorum_client() -> Result<&'static Client, Error> {
-    DEFAULT_QUORUM
-        .get()
-        .or_else(|| DEFAULT.get())
-        .ok_or(Error::NoClient)
 }

@@ -1,0 +1,278 @@
+//! The lock client: one Redis deployment, its connection and its settings.
+
+mod builder;
+mod default;
+
+use std::sync::Arc;
+
+pub use builder::ClientBuilder;
+use builder::Shape;
+pub use default::{default_client, default_quorum_client, set_default};
+
+use crate::error::Error;
+use crate::lock::LockRequest;
+use crate::reentrant;
+use crate::runtime::Shared;
+use crate::setnx;
+
+/// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
+/// share its connections (to one node: [`DEFAULT_CONNECTIONS`] connections, see
+/// [`ClientBuilder::connections`]), which reconnect by themselves after a failure.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock::Error> {
+/// use std::time::Duration;
+/// let locks = distlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = locks
+///     .lock("order:42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// // ... the critical section (take it with `.fencing(true)` and `guard.fencing_token()`
+/// // orders writes to other systems) ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field(
+                "nodes",
+                &self
+                    .inner
+                    .nodes
+                    .nodes
+                    .iter()
+                    .map(|n| &n.addr)
+                    .collect::<Vec<_>>(),
+            )
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis node with default settings. The URL may be `redis://`, `rediss://`
+    /// (with the `tls` feature), carry `user:password@` and a database number.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Client::builder(url).connect().await
+    }
+
+    /// Starts configuring a client for one Redis node.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder::new(vec![url.to_owned()], Shape::Nodes)
+    }
+
+    /// Connects to N >= 3 independent Redis masters and locks by majority (Redlock): every
+    /// lock is taken on all of them in parallel and held only while a majority (N/2 + 1)
+    /// granted it in time. Errors on a minority of nodes are tolerated. A node counts only once
+    /// its server has been up for the restart delay (30 s by default; see
+    /// [`ClientBuilder::restart_delay`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::quorum([
+    ///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+    /// ])
+    /// .await?;
+    /// let guard = locks.lock("payout:7").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn quorum<I, S>(urls: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::quorum_builder(urls).connect().await
+    }
+
+    /// Starts configuring a quorum client; see [`Client::quorum`].
+    pub fn quorum_builder<I, S>(urls: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        ClientBuilder::new(
+            urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            Shape::Nodes,
+        )
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`seeds`: one is enough, more
+    /// survive one being down at start-up). Every mode works as on one node: all keys of a
+    /// lock share one slot (the hash tag in the key layout), each script goes to the master
+    /// of that slot, and redis-rs follows `MOVED`/`ASK` redirections and failovers. Waiters
+    /// are woken through sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), heard on the lock's shard
+    /// only. See [the deployments guide](crate::guide::deployments) for what a failover costs, and
+    /// [`ClientBuilder::replicas`] to make it unlikely to cost a held lock.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).await?;
+    /// let guard = locks.lock("order:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cluster<I, S>(seeds: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::cluster_builder(seeds).connect().await
+    }
+
+    /// Starts configuring a Redis Cluster client; see [`Client::cluster`].
+    pub fn cluster_builder<I, S>(seeds: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        ClientBuilder::new(
+            seeds.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            Shape::Cluster,
+        )
+    }
+
+    /// Connects to the master that the sentinels at `sentinels` know as `master_name`, and
+    /// follows it when Sentinel fails over to a replica. Requests only ever go to the server
+    /// the sentinels name as master and that says it is one; a server demoted meanwhile
+    /// refuses writes (`READONLY`), which makes the client ask the sentinels again. The data
+    /// servers are reached with the first sentinel URL's user, password and database.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let locks = distlock::Client::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn sentinel<I, S>(sentinels: I, master_name: &str) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Client::sentinel_builder(sentinels, master_name)
+            .connect()
+            .await
+    }
+
+    /// Starts configuring a Sentinel client; see [`Client::sentinel`].
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: &str) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        ClientBuilder::new(
+            sentinels
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+            Shape::Sentinel(master_name.to_owned()),
+        )
+    }
+
+    /// True for a client over several independent masters (Redlock).
+    pub fn is_quorum(&self) -> bool {
+        self.inner.nodes.is_quorum()
+    }
+
+    /// An exclusive, non-reentrant lock (`SET NX PX` with a random owner token).
+    ///
+    /// The name may be any UTF-8 text; it is checked when the lock is acquired.
+    #[track_caller]
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            &setnx::SETNX,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// A reentrant exclusive lock: the same task (or [`LockContext`]) may take it again while
+    /// holding it, and must release it as often as it took it; other tasks wait.
+    #[track_caller]
+    pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            &reentrant::REENTRANT,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// The shared side of a read/write lock: any number of tasks may hold it together, never
+    /// while a task holds [`write`](Self::write) of the same name. Reentrant per task like
+    /// [`reentrant`](Self::reentrant). Writers are preferred: while a writer waits, new
+    /// readers wait too (tasks already reading may re-enter), so readers cannot starve it.
+    ///
+    /// With [`fencing(true)`](LockRequest::fencing), a read guard's
+    /// [`fencing_token`](crate::Guard::fencing_token) is the token of the latest fenced write
+    /// (0 before the first): reads share it instead of each drawing a new one.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// let doc = locks.read("doc:7").acquire().await?;
+    /// // ... read the document; other readers may be here too, writers are not ...
+    /// doc.release().await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn read(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            &crate::rwlock::READ,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// The exclusive side of a read/write lock: one task at a time, and no readers. Reentrant
+    /// per task; with [`fencing(true)`](LockRequest::fencing) every write tenure draws a new,
+    /// larger fencing token. The writer may
+    /// also take [`read`](Self::read) and then release the write guard to keep reading
+    /// (downgrade). A task holding only the read lock gets [`Error::Upgrade`] at once instead
+    /// of waiting forever: release the read lock first, or take the write lock from the start.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// let write = locks.write("doc:7").fencing(true).acquire().await?;
+    /// // ... change the document, passing write.fencing_token() to the store ...
+    /// let read = locks.read("doc:7").try_acquire().await?; // the writer may always read
+    /// write.release().await?; // downgraded: still reading, other readers may join
+    /// read.release().await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn write(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            &crate::rwlock::WRITE,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).
+    pub fn renewal_round_trips(&self) -> u64 {
+        self.inner.watchdog.round_trips()
+    }
+
+    /// Locks whose leases the watchdog is renewing right now.
+    pub fn renewing(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Shared> {
+        &self.inner
+    }
+}

@@ -1,0 +1,103 @@
+//! The holds a client has taken, by lock key, with the task context that owns each: an
+//! acquisition looks here first, so that a lock held by the current context (or one around it)
+//! is re-entered (reentrant and read/write modes) without queueing behind the tasks that wait
+//! for it, or refused at once (setnx: waiting on oneself would never end).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::context::LockContext;
+use crate::key::LockKey;
+use crate::lease::LeaseState;
+use crate::sync::lock;
+
+/// Holds of one client by lock key: usually none or one per key, a few when nested.
+type LocalHolds = HashMap<Arc<[u8]>, HoldList, foldhash::quality::RandomState>;
+
+type Hold = (LockContext, Arc<LeaseState>);
+
+/// The holds of one lock: nearly always one, kept inline so that taking an uncontended lock
+/// allocates no list; a few when nested or shared.
+enum HoldList {
+    One(Hold),
+    Many(Vec<Hold>),
+}
+
+impl HoldList {
+    fn iter(&self) -> std::slice::Iter<'_, Hold> {
+        match self {
+            HoldList::One(hold) => std::slice::from_ref(hold).iter(),
+            HoldList::Many(holds) => holds.iter(),
+        }
+    }
+
+    /// Adds a hold, dropping those whose lease ran out: they no longer protect anything
+    /// (their guards may live on).
+    fn push(&mut self, hold: Hold) {
+        match self {
+            HoldList::One(only) if !only.1.is_valid() => *only = hold,
+            HoldList::One(_) => {
+                let HoldList::One(only) = std::mem::replace(self, HoldList::Many(Vec::new()))
+                else {
+                    unreachable!("matched One above")
+                };
+                *self = HoldList::Many(vec![only, hold]);
+            }
+            HoldList::Many(holds) => {
+                holds.retain(|(_, l)| l.is_valid());
+                holds.push(hold);
+            }
+        }
+    }
+
+    /// Removes the hold with this lease; true when none is left.
+    fn remove(&mut self, lease: &Arc<LeaseState>) -> bool {
+        match self {
+            HoldList::One((_, l)) => Arc::ptr_eq(l, lease),
+            HoldList::Many(holds) => {
+                holds.retain(|(_, l)| !Arc::ptr_eq(l, lease));
+                holds.is_empty()
+            }
+        }
+    }
+}
+
+/// Every hold taken through one client.
+#[derive(Default)]
+pub(crate) struct Holds {
+    table: Mutex<LocalHolds>,
+}
+
+impl Holds {
+    /// The innermost enclosing context (see [`LockContext`]) that holds the lock at `key`
+    /// through this client with a lease still good. A lock nobody here holds costs one map
+    /// lookup.
+    pub(crate) fn holder_in_scope(&self, key: &[u8]) -> Option<LockContext> {
+        let holds = lock(&self.table);
+        let here = holds.get(key)?;
+        LockContext::find_enclosing(|c| here.iter().any(|(h, l)| *h == c && l.is_valid()))
+    }
+
+    /// Records a hold until [`unhold`](Self::unhold).
+    pub(crate) fn hold(&self, key: &LockKey, context: LockContext, lease: Arc<LeaseState>) {
+        let mut holds = lock(&self.table);
+        match holds.entry(key.shared().clone()) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(HoldList::One((context, lease)));
+            }
+            std::collections::hash_map::Entry::Occupied(mut here) => {
+                here.get_mut().push((context, lease));
+            }
+        }
+    }
+
+    /// Forgets the hold with this lease.
+    pub(crate) fn unhold(&self, key: &[u8], lease: &Arc<LeaseState>) {
+        let mut holds = lock(&self.table);
+        if let Some(here) = holds.get_mut(key) {
+            if here.remove(lease) {
+                holds.remove(key);
+            }
+        }
+    }
+}
