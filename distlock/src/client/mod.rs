@@ -16,7 +16,7 @@ use crate::runtime::Shared;
 use crate::setnx;
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
-/// share its connections (to one node: [`DEFAULT_CONNECTIONS`] connections, see
+/// share its connections (to one node: [`DEFAULT_CONNECTIONS`](crate::DEFAULT_CONNECTIONS) connections, see
 /// [`ClientBuilder::connections`]), which reconnect by themselves after a failure.
 ///
 /// ```no_run
@@ -198,7 +198,7 @@ impl Client {
         )
     }
 
-    /// A reentrant exclusive lock: the same task (or [`LockContext`]) may take it again while
+    /// A reentrant exclusive lock: the same task (or [`LockContext`](crate::LockContext)) may take it again while
     /// holding it, and must release it as often as it took it; other tasks wait.
     #[track_caller]
     pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
