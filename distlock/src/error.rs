@@ -119,6 +119,8 @@ pub enum Error {
         acked: usize,
         /// How many were needed (a majority).
         needed: usize,
+        /// How many nodes the quorum has.
+        nodes: usize,
         /// Why the others did not.
         errors: Vec<NodeError>,
     },
@@ -245,16 +247,25 @@ impl Error {
     /// True when Redis could not be reached or could not confirm the request in time: a
     /// transport failure ([`Error::Redis`] with a dropped connection, a timeout, a server
     /// loading or failing over), a quorum short of nodes that may come back
-    /// ([`Error::QuorumNotReached`] where every node's failure may pass), replicas that did
+    /// ([`Error::QuorumNotReached`] unless so many nodes refused for good that no majority is
+    /// left), replicas that did
     /// not confirm ([`Error::ReplicasNotConfirmed`]). An acquisition that failed this way did
     /// not take the lock and ran nothing; the same call may succeed once Redis is back.
     pub fn is_transient(&self) -> bool {
         match self {
             // A replica that is slow or resyncing may confirm the next time.
             Error::ReplicasNotConfirmed { .. } => true,
-            // Only if every node's failure may pass: a majority out of memory or holding
-            // the application's data fails the same way on every try.
-            Error::QuorumNotReached { errors, .. } => errors.iter().all(|e| e.retryable),
+            // Only while a majority may still grant it: nodes that refused for good (out of
+            // memory, the application's data at the key, read-only) will refuse every try.
+            Error::QuorumNotReached {
+                errors,
+                needed,
+                nodes,
+                ..
+            } => {
+                let refusing = errors.iter().filter(|e| !e.retryable).count();
+                refusing <= nodes.saturating_sub(*needed)
+            }
             Error::Redis { source, .. } => is_transient(source),
             _ => false,
         }
@@ -407,6 +418,7 @@ mod tests {
             key: "k".into(),
             acked: 1,
             needed: 2,
+            nodes: 3,
             errors: vec![NodeError {
                 node: "n".into(),
                 reason: "timed out".into(),
@@ -417,11 +429,19 @@ mod tests {
             key: "k".into(),
             acked: 0,
             needed: 2,
-            errors: vec![NodeError {
-                node: "n".into(),
-                reason: "OOM".into(),
-                retryable: false,
-            }],
+            nodes: 3,
+            errors: vec![
+                NodeError {
+                    node: "n".into(),
+                    reason: "OOM".into(),
+                    retryable: false,
+                },
+                NodeError {
+                    node: "m".into(),
+                    reason: "OOM".into(),
+                    retryable: false,
+                },
+            ],
         };
         let bad_name = Error::InvalidKey {
             key: "".into(),

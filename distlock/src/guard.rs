@@ -3,22 +3,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::algorithm::{Algorithm, HoldId};
-use crate::client::Client;
 use crate::error::Error;
 use crate::handoff::{self, Tenure, Transfer};
-use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
-use crate::quorum::Nodes;
-
-/// Tries of a release before `release()` returns the transport error and leaves the rest to a
-/// background task (the lock still frees by then, at the latest when its lease runs out).
-const RELEASE_TRIES: u32 = 3;
+use crate::release::{Hold, RELEASE_TRIES};
+use crate::runtime::Shared;
+use crate::watchdog::Watching;
 
 /// What a hold registered with the client, undone on release or drop.
 pub(crate) struct Registration {
-    /// The watchdog entry renewing the lease, if the watchdog is on.
-    pub(crate) watch: Option<u64>,
+    /// The watchdog renewing the lease, if it is on.
+    pub(crate) watch: Option<Watching>,
     /// Recorded in the client's table of holds (see `Inner::hold`).
     pub(crate) held: bool,
 }
@@ -38,10 +33,9 @@ pub(crate) struct Registration {
 /// the background.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct Guard {
-    client: Client,
-    algorithm: &'static Algorithm,
-    key: LockKey,
-    id: HoldId,
+    shared: Arc<Shared>,
+    /// The hold on the servers: what the release names.
+    hold: Hold,
     fence: Option<u64>,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
@@ -58,7 +52,7 @@ pub struct Guard {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("name", &self.key.name())
+            .field("name", &self.hold.key.name())
             .field("fencing_token", &self.fence)
             .field("remaining", &self.remaining())
             .finish_non_exhaustive()
@@ -66,24 +60,18 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        client: &Client,
-        algorithm: &'static Algorithm,
-        key: LockKey,
-        id: HoldId,
-        fence: Option<u64>,
-        acquired_at: Instant,
-        lease: Arc<LeaseState>,
-        min_hold: Option<Duration>,
-        registration: Registration,
-        tenure: Option<Tenure>,
-    ) -> Guard {
+    pub(crate) fn new(shared: &Arc<Shared>, hold: Hold, parts: GuardParts) -> Guard {
+        let GuardParts {
+            fence,
+            acquired_at,
+            lease,
+            min_hold,
+            registration,
+            tenure,
+        } = parts;
         Guard {
-            client: client.clone(),
-            algorithm,
-            key,
-            id,
+            shared: shared.clone(),
+            hold,
             fence,
             acquired_at,
             lease,
@@ -96,7 +84,7 @@ impl Guard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.key.name()
+        self.hold.key.name()
     }
 
     /// The fencing token, when the lock was taken with
@@ -162,11 +150,10 @@ impl Guard {
             return Err(self.lost_error());
         }
         let sent = Instant::now();
-        let remaining = self
-            .client
-            .inner()
+        let hold = &self.hold;
+        let remaining = hold
             .nodes
-            .extend(self.algorithm, &self.key, &self.id, ttl_ms)
+            .extend(hold.algorithm, &hold.key, &hold.id, ttl_ms)
             .await?;
         match remaining {
             Some(remaining) if self.lease.renewed(sent, remaining) => Ok(()),
@@ -209,18 +196,13 @@ impl Guard {
             self.tenure = None;
             let held_for = self.held_for();
             self.unregister();
-            let nodes = self.client.inner().nodes.clone();
             let labels = self.lease.labels.clone();
             if let Some(left) = self.min_hold_left() {
                 let remaining = self.remaining();
                 // Never released early, whatever happens next.
                 self.released = true;
                 // Boxed: rare, and it would size every release's future.
-                let kept = Box::pin(keep(
-                    nodes,
-                    self.algorithm,
-                    self.key.clone(),
-                    self.id.clone(),
+                let kept = Box::pin(self.hold.clone().keep(
                     left,
                     remaining,
                     self.lease.valid_until(),
@@ -230,24 +212,14 @@ impl Guard {
                     Ok(true) => Ok(()),
                     Ok(false) => {
                         labels.released(held_for, false);
-                        Err(Error::NotOwner {
-                            key: self.key.name().to_owned(),
-                        })
+                        Err(self.not_owner())
                     }
                     Err(e) => Err(e),
                 };
             }
             let until = self.lease.valid_until();
-            let result = release_retrying(
-                &nodes,
-                self.algorithm,
-                &self.key,
-                &self.id,
-                until,
-                RELEASE_TRIES,
-                self.lease.is_valid(),
-            )
-            .await;
+            let held = self.lease.is_valid();
+            let result = self.hold.release(until, RELEASE_TRIES, held).await;
             match result {
                 Ok(released) => {
                     self.released = true;
@@ -255,9 +227,7 @@ impl Guard {
                     if released {
                         Ok(())
                     } else {
-                        Err(Error::NotOwner {
-                            key: self.key.name().to_owned(),
-                        })
+                        Err(self.not_owner())
                     }
                 }
                 // `Drop` carries on in the background.
@@ -278,31 +248,26 @@ impl Guard {
         if self.released || !handoff::slots_open() {
             return false;
         }
-        let inner = self.client.inner();
-        let channels = inner.notifier.channels();
+        let channels = self.shared.notifier.channels();
         if !tenure.may_pass(self.remaining()) {
-            channels.before_release(&self.key);
+            channels.before_release(&self.hold.key);
             return false;
         }
         // Off the table first: the waiter records the same lease under its own task.
         let held = std::mem::take(&mut self.registration.held);
         if held {
-            inner.holds.unhold(self.key.lock(), &self.lease);
+            self.shared.holds.unhold(self.hold.key.lock(), &self.lease);
         }
         let transfer = Transfer {
-            client: self.client.clone(),
-            algorithm: self.algorithm,
-            key: self.key.clone(),
-            id: self.id.clone(),
+            hold: self.hold.clone(),
             lease: self.lease.clone(),
-            watch: self.registration.watch,
+            watch: self.registration.watch.take(),
             passes: tenure.passes + 1,
             since: tenure.since,
             armed: true,
         };
         match channels.hand_off(transfer, &tenure.terms) {
             None => {
-                self.registration.watch = None;
                 self.released = true;
                 let held_for = self.held_for();
                 if held {
@@ -312,14 +277,14 @@ impl Guard {
                 true
             }
             Some(transfer) => {
-                handoff::disarm(transfer);
+                self.registration.watch = handoff::disarm(transfer);
                 if held {
-                    inner
+                    self.shared
                         .holds
-                        .hold(&self.key, tenure.context, self.lease.clone());
+                        .hold(&self.hold.key, tenure.context, self.lease.clone());
                     self.registration.held = true;
                 }
-                channels.before_release(&self.key);
+                channels.before_release(&self.hold.key);
                 false
             }
         }
@@ -329,12 +294,9 @@ impl Guard {
     /// sent, on the same connection as renewals, so no renewal can reach Redis after the
     /// release.
     fn unregister(&mut self) {
-        let inner = self.client.inner();
-        if let Some(id) = self.registration.watch.take() {
-            inner.watchdog.unwatch(id);
-        }
+        drop(self.registration.watch.take());
         if std::mem::take(&mut self.registration.held) {
-            inner.holds.unhold(self.key.lock(), &self.lease);
+            self.shared.holds.unhold(self.hold.key.lock(), &self.lease);
             self.lease.labels.unheld(self.held_for());
         }
     }
@@ -347,8 +309,14 @@ impl Guard {
 
     fn lost_error(&self) -> Error {
         Error::LeaseLost {
-            key: self.key.name().to_owned(),
+            key: self.hold.key.name().to_owned(),
             held_for: self.held_for(),
+        }
+    }
+
+    fn not_owner(&self) -> Error {
+        Error::NotOwner {
+            key: self.hold.key.name().to_owned(),
         }
     }
 }
@@ -364,131 +332,25 @@ impl Drop for Guard {
         if let (false, Some(left), Ok(runtime)) =
             (self.released, left, tokio::runtime::Handle::try_current())
         {
-            let nodes = self.client.inner().nodes.clone();
-            let (key, id) = (self.key.clone(), self.id.clone());
-            let (algorithm, until) = (self.algorithm, self.lease.valid_until());
+            let (hold, until) = (self.hold.clone(), self.lease.valid_until());
             runtime.spawn(async move {
-                let _ = keep(nodes, algorithm, key, id, left, remaining, until).await;
+                let _ = hold.keep(left, remaining, until).await;
             });
             return;
         }
         if !self.released {
-            release_in_background(
-                &self.client,
-                self.algorithm,
-                &self.key,
-                &self.id,
-                &self.lease,
-            );
+            let until = Some(self.lease.valid_until());
+            self.hold.clone().release_in_background(until);
         }
     }
 }
 
-/// [`spawn_release`] of a hold whose lease is `lease`: retried while the lease lasts, since
-/// the lock frees itself then. Used by a dropped guard and by a hand-off nobody took.
-pub(crate) fn release_in_background(
-    client: &Client,
-    algorithm: &'static Algorithm,
-    key: &LockKey,
-    id: &HoldId,
-    lease: &LeaseState,
-) {
-    let until = Some(lease.valid_until());
-    spawn_release(client, algorithm, key.clone(), id.clone(), until);
-}
-
-/// Sends the release, and again after a transport failure (the scripts make it idempotent),
-/// at most `tries` times and not past `until` (the lease has ended by then and there is
-/// nothing left to free). True when the release freed the hold. A retry that finds nothing
-/// counts as released only when `held` (the lease was still ours when the release was sent):
-/// the earlier try, whose answer was lost, freed it. Otherwise the hold was already gone.
-async fn release_retrying(
-    nodes: &Arc<Nodes>,
-    algorithm: &'static Algorithm,
-    key: &LockKey,
-    id: &HoldId,
-    until: Instant,
-    tries: u32,
-    held: bool,
-) -> Result<bool, Error> {
-    let mut pause = Duration::from_millis(2);
-    let mut tried = 0;
-    loop {
-        tried += 1;
-        match nodes.release(algorithm, key, id).await {
-            Ok(released) => return Ok(released || (tried > 1 && held)),
-            Err(e) if e.is_retryable() && tried < tries && Instant::now() < until => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Gives back an acquisition that must not stand (see [`LockRequest::acquire`]), retrying a
-/// transport failure while its lease `ttl` could last. True when the release was answered
-/// (the hold is gone either way); false leaves it to the caller's background release.
-///
-/// [`LockRequest::acquire`]: crate::LockRequest::acquire
-pub(crate) async fn release_now(
-    nodes: &Arc<Nodes>,
-    algorithm: &'static Algorithm,
-    key: &LockKey,
-    id: &HoldId,
-    ttl: Duration,
-) -> bool {
-    let until = Instant::now() + ttl;
-    release_retrying(nodes, algorithm, key, id, until, RELEASE_TRIES, true)
-        .await
-        .is_ok()
-}
-
-/// Keeps a released lock until `left` from now (its minimum hold): a lease that ends sooner
-/// (`remaining` by our clock) is extended to `left`, owner-checked, and then simply runs out;
-/// a longer one is released when `left` has passed, in the background. Ok(false): the lock was
-/// no longer ours.
-async fn keep(
-    nodes: Arc<Nodes>,
-    algorithm: &'static Algorithm,
-    key: LockKey,
-    id: HoldId,
-    left: Duration,
-    remaining: Duration,
-    valid_until: Instant,
-) -> Result<bool, Error> {
-    if left > remaining {
-        let ms = lease::ttl_ms(left.max(lease::MIN_TTL))?;
-        return Ok(nodes.extend(algorithm, &key, &id, ms).await?.is_some());
-    }
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            tokio::time::sleep(left).await;
-            let _ =
-                release_retrying(&nodes, algorithm, &key, &id, valid_until, u32::MAX, true).await;
-        });
-    }
-    Ok(true)
-}
-
-/// Release without blocking the caller: `Drop` cannot await, and blocking a runtime thread on
-/// I/O can deadlock a current-thread runtime. Transport failures are retried until `until`
-/// (the end of the lease; by default a default ttl from now). If no runtime is running, or
-/// every try fails, the lock still ends with its lease.
-pub(crate) fn spawn_release(
-    client: &Client,
-    algorithm: &'static Algorithm,
-    key: LockKey,
-    id: HoldId,
-    until: Option<Instant>,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let nodes = client.inner().nodes.clone();
-    let until = until.unwrap_or_else(|| Instant::now() + crate::config::DEFAULT_TTL);
-    runtime.spawn(async move {
-        // Nobody is left to report to; the lease bounds the cost of a failure.
-        let _ = release_retrying(&nodes, algorithm, &key, &id, until, u32::MAX, true).await;
-    });
+/// What a new guard carries besides its hold.
+pub(crate) struct GuardParts {
+    pub(crate) fence: Option<u64>,
+    pub(crate) acquired_at: Instant,
+    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) registration: Registration,
+    pub(crate) tenure: Option<Tenure>,
 }

@@ -26,15 +26,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::algorithm::{Algorithm, HoldId};
-use crate::client::Client;
+use crate::algorithm::Algorithm;
 use crate::config::HandOffLimits;
 use crate::context::LockContext;
-use crate::guard::release_in_background;
-use crate::key::LockKey;
 use crate::lease::LeaseState;
+use crate::release::Hold;
 use crate::sync::lock;
 use crate::telemetry::Labels;
+use crate::watchdog::Watching;
 
 /// Hand-off slots open in this process: lets a release with nobody waiting skip the lookup.
 static OPEN_SLOTS: AtomicUsize = AtomicUsize::new(0);
@@ -88,13 +87,10 @@ impl Tenure {
 /// A hold on its way from one task to the next. Whoever drops it untaken (a waiter whose
 /// future was dropped after the hold reached it) releases the lock in the background.
 pub(crate) struct Transfer {
-    pub(crate) client: Client,
-    pub(crate) algorithm: &'static Algorithm,
-    pub(crate) key: LockKey,
-    pub(crate) id: HoldId,
+    pub(crate) hold: Hold,
     pub(crate) lease: Arc<LeaseState>,
-    /// The watchdog entry renewing the lease, which goes along.
-    pub(crate) watch: Option<u64>,
+    /// The watchdog renewing the lease, which goes along.
+    pub(crate) watch: Option<Watching>,
     pub(crate) passes: u32,
     pub(crate) since: Instant,
     pub(crate) armed: bool,
@@ -105,17 +101,10 @@ impl Drop for Transfer {
         if !self.armed {
             return;
         }
-        let inner = self.client.inner();
-        if let Some(watch) = self.watch.take() {
-            inner.watchdog.unwatch(watch);
-        }
-        release_in_background(
-            &self.client,
-            self.algorithm,
-            &self.key,
-            &self.id,
-            &self.lease,
-        );
+        // Renewal stops before the release is sent.
+        drop(self.watch.take());
+        let until = Some(self.lease.valid_until());
+        self.hold.clone().release_in_background(until);
     }
 }
 
@@ -237,7 +226,7 @@ impl Drop for OpenSlot {
 }
 
 /// Turns an unused transfer back into plain parts (no release on drop).
-pub(crate) fn disarm(mut transfer: Transfer) -> Option<u64> {
+pub(crate) fn disarm(mut transfer: Transfer) -> Option<Watching> {
     transfer.armed = false;
     transfer.watch.take()
 }

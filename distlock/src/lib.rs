@@ -172,6 +172,7 @@ mod notify;
 mod probe;
 mod quorum;
 mod reentrant;
+mod release;
 mod runtime;
 mod rwlock;
 mod setnx;

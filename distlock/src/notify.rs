@@ -287,7 +287,7 @@ impl Channels {
     /// Passes a released hold to the first local waiter of its lock, if that waiter takes
     /// holds on the same `terms`; gives the transfer back (`Some`) otherwise.
     pub(crate) fn hand_off(&self, transfer: Transfer, terms: &Terms) -> Option<Transfer> {
-        let Some(ch) = self.lock().get(transfer.key.lock()).cloned() else {
+        let Some(ch) = self.lock().get(transfer.hold.key.lock()).cloned() else {
             return Some(transfer);
         };
         ch.handoff.offer(transfer, terms)

@@ -135,6 +135,14 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// Whether an attempt made as this caller's wait runs out could find the lock free: a
+    /// release was heard, or no local waiter knows the holder's lease to last beyond now.
+    /// Waiters that started together end together: without this, each would send one last
+    /// attempt at the same moment, only to find the lock held.
+    pub(crate) fn worth_a_last_try(&self) -> bool {
+        self.woken || !self.knows_holder()
+    }
+
     /// True when a local waiter saw the holder's lease recently enough that its end is still
     /// ahead: the next attempt need not ask for it.
     pub(crate) fn knows_holder(&self) -> bool {

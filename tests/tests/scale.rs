@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{self, StreamExt};
 
 use common::as_other_owner;
-use distlock::{Client, Guard};
+use distlock::{Client, Error, Guard};
 use distlock_testkit::{own_cpu_time, RedisServer, RedisServers};
 
 /// Acquisitions in flight at once while taking many locks.
@@ -154,6 +154,12 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         let samples = self.thread.join().expect("sampler");
         let most = samples.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        if std::env::var("SAMPLES").is_ok() {
+            println!(
+                "{:?}",
+                samples.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+            );
+        }
         (samples[samples.len() - 1] - samples[0], most)
     }
 }
@@ -219,4 +225,43 @@ async fn two_thousand_waiters_cost_the_server_no_burst_while_the_lock_is_held() 
 #[ignore = "scale tier: cargo test --test scale -- --ignored --test-threads 1"]
 async fn scale_ten_thousand_waiters_cost_the_server_no_burst_while_the_lock_is_held() {
     crowd(10_000, Duration::from_secs(12)).await;
+}
+
+/// 2,000 waiters that started together and give up together (their wait ends while another
+/// client holds the lock) send no last attempts in one burst: each would find the lock held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_waiters_that_give_up_together_send_no_burst() {
+    let n = 2_000;
+    let server = Arc::new(RedisServer::start());
+    let holder = Client::connect(&server.url()).await.expect("connect");
+    let locks = Client::connect(&server.url()).await.expect("connect");
+    let held = holder
+        .lock("crowd")
+        .ttl(Duration::from_secs(2))
+        .try_acquire()
+        .await
+        .expect("free");
+    let sampler = Sampler::start(&server);
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                locks
+                    .lock("crowd")
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+                    .await
+                    .map(drop)
+            }))
+        })
+        .collect();
+    for waiter in waiters {
+        let outcome = waiter.await.expect("task");
+        assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    }
+    let (used, burst) = sampler.stop();
+    held.release().await.expect("release");
+    println!("{n} waiters gave up together: {used} server commands, at most {burst} in 50 ms");
+    assert!(burst < 200, "{burst} commands in 50 ms");
+    assert!(used < n as u64, "{used} commands for {n} waiters");
 }

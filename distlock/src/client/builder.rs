@@ -321,6 +321,7 @@ impl ClientBuilder {
                 key: "(connect)".into(),
                 acked: n - failures.len(),
                 needed: quorum,
+                nodes: n,
                 errors: failures
                     .into_iter()
                     .map(|e| NodeError {

@@ -191,7 +191,7 @@ impl Client {
     #[track_caller]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(
-            self,
+            &self.inner,
             &setnx::SETNX,
             name.as_ref(),
             std::panic::Location::caller(),
@@ -203,7 +203,7 @@ impl Client {
     #[track_caller]
     pub fn reentrant(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(
-            self,
+            &self.inner,
             &reentrant::REENTRANT,
             name.as_ref(),
             std::panic::Location::caller(),
@@ -229,7 +229,7 @@ impl Client {
     #[track_caller]
     pub fn read(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(
-            self,
+            &self.inner,
             &crate::rwlock::READ,
             name.as_ref(),
             std::panic::Location::caller(),
@@ -255,7 +255,7 @@ impl Client {
     #[track_caller]
     pub fn write(&self, name: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(
-            self,
+            &self.inner,
             &crate::rwlock::WRITE,
             name.as_ref(),
             std::panic::Location::caller(),

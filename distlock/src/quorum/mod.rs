@@ -233,6 +233,7 @@ impl Nodes {
             key: key.name().to_owned(),
             acked: granted.len(),
             needed: self.quorum,
+            nodes: self.nodes.len(),
             errors,
         })
     }
@@ -402,6 +403,7 @@ impl Nodes {
             key: key.name().to_owned(),
             acked: yes.len(),
             needed: self.quorum,
+            nodes: self.nodes.len(),
             errors,
         })
     }

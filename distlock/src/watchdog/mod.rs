@@ -157,8 +157,8 @@ impl Watchdog {
         Watchdog { shared, task }
     }
 
-    /// Starts renewing a lease; returns the id to [`unwatch`](Self::unwatch) it with.
-    pub(crate) fn watch(&self, watch: Watch) -> u64 {
+    /// Starts renewing a lease, until the returned [`Watching`] is dropped.
+    pub(crate) fn watch(&self, watch: Watch) -> Watching {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let due = Instant::now() + watch.period;
         let mut table = self.shared.table();
@@ -178,13 +178,10 @@ impl Watchdog {
         if wake {
             self.shared.added.notify_one();
         }
-        id
-    }
-
-    /// Stops renewing a lease. Synchronous, so it takes effect before the caller's next
-    /// command is sent.
-    pub(crate) fn unwatch(&self, id: u64) {
-        self.shared.table().entries.remove(&id);
+        Watching {
+            shared: self.shared.clone(),
+            id,
+        }
     }
 
     /// Renewal pipelines sent so far.
@@ -195,6 +192,20 @@ impl Watchdog {
     /// Leases currently renewed.
     pub(crate) fn len(&self) -> usize {
         self.shared.table().entries.len()
+    }
+}
+
+/// One lease the watchdog renews, until this is dropped (by the guard that holds the lease,
+/// or the hold on its way to another task). Dropping it is synchronous, so it takes effect
+/// before the caller's next command (a release) is sent.
+pub(crate) struct Watching {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.shared.table().entries.remove(&self.id);
     }
 }
 

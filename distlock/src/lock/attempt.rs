@@ -1,0 +1,483 @@
+//! The one acquire loop every mode goes through: a plan made from the request (what is taken,
+//! by whom, on what terms), then attempts until the lock is held, the wait runs out, or an
+//! error that will not pass.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::algorithm::{Algorithm, Ask, Attempt, HoldId, OwnerKind};
+use crate::config::Replicas;
+use crate::context::LockContext;
+use crate::error::Error;
+use crate::guard::{Guard, GuardParts, Registration};
+use crate::handoff::{Tenure, Terms, Transfer};
+use crate::identity::{self, Site};
+use crate::key::LockKey;
+use crate::lease::{self, LeaseState};
+use crate::release::Hold;
+use crate::runtime::Shared;
+use crate::telemetry::{Labels, Outcome};
+use crate::wait::Waiter;
+use crate::watchdog::Watch;
+
+use super::request::LockRequest;
+
+/// Everything an acquisition settles before its first attempt.
+struct Plan<'c> {
+    shared: &'c Arc<Shared>,
+    algorithm: &'static Algorithm,
+    key: LockKey,
+    ttl: Duration,
+    ttl_ms: u64,
+    /// How often the watchdog renews; `None` with the watchdog off.
+    period: Option<Duration>,
+    replicas: Option<Replicas>,
+    fencing: bool,
+    max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
+    /// Zero for a single attempt.
+    wait: Duration,
+    /// The task context that will own the hold.
+    context: LockContext,
+    /// This context (or one around it) already holds the lock: a re-entry.
+    reentry: bool,
+    site: Site,
+    site_number: u32,
+    /// The owner of a context-owned hold (client id : context) and who took it, for inspection;
+    /// unused for token-owned holds, whose token says both.
+    owner: (Arc<str>, Arc<str>),
+    /// Set when a hold may pass from task to task of this process (see `handoff`).
+    terms: Option<Terms>,
+    labels: Arc<Labels>,
+}
+
+impl Plan<'_> {
+    /// Checks the request and settles who takes the lock on what terms.
+    fn new<'c>(
+        request: LockRequest<'c>,
+        wait: Duration,
+        labels: Arc<Labels>,
+    ) -> Result<Plan<'c>, Error> {
+        let LockRequest {
+            shared,
+            algorithm,
+            key,
+            ttl,
+            wait: _,
+            watchdog,
+            renew_every,
+            max_hold,
+            replicas,
+            min_hold,
+            fencing,
+            label: _,
+            record_name: _,
+            site,
+            caller,
+        } = request;
+        let key = key?;
+        let ttl_ms = lease::ttl_ms(ttl)?;
+        let ttl = Duration::from_millis(ttl_ms);
+        let period = renew_period(watchdog, renew_every, ttl)?;
+        let quorum = shared.nodes.is_quorum();
+        if quorum && !algorithm.quorum {
+            return Err(Error::config(format!(
+                "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
+                algorithm.name
+            )));
+        }
+        let replicas = replicas.or(shared.replicas);
+        if let Some(replicas) = &replicas {
+            if quorum {
+                return Err(Error::config(
+                    "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
+                ));
+            }
+            replicas.validate(shared.response_timeout)?;
+        }
+        // The current context, or the one around it that already holds this lock.
+        let holder = shared.holds.holder_in_scope(key.lock());
+        if algorithm.owner == OwnerKind::Token && holder.is_some() {
+            return Err(Error::Reentrant {
+                key: key.name().to_owned(),
+            });
+        }
+        let context = holder.unwrap_or_else(LockContext::current);
+        let site = match site {
+            Some(site) => Site::Fn(site),
+            None => Site::Caller(caller),
+        };
+        let owner = match algorithm.owner {
+            OwnerKind::Token => (identity::no_nonce(), identity::no_nonce()),
+            OwnerKind::Context => (
+                Arc::from(format!("{}:{context}", shared.id)),
+                Arc::from(identity::describe(site)),
+            ),
+        };
+        // Holds that may pass from task to task in this process without a round trip: the
+        // interchangeable ones (see `handoff`).
+        let terms = match period {
+            Some(period)
+                if shared.handoff.passes > 0
+                    && algorithm.owner == OwnerKind::Token
+                    && !quorum
+                    && !fencing
+                    && max_hold.is_none()
+                    && min_hold.is_none()
+                    && replicas.is_none() =>
+            {
+                Some(Terms {
+                    algorithm,
+                    ttl_ms,
+                    period,
+                    labels: labels.clone(),
+                    limits: shared.handoff,
+                })
+            }
+            _ => None,
+        };
+        Ok(Plan {
+            shared,
+            algorithm,
+            key,
+            ttl,
+            ttl_ms,
+            period,
+            replicas,
+            fencing,
+            max_hold,
+            min_hold,
+            wait,
+            context,
+            reentry: holder.is_some(),
+            site,
+            site_number: identity::site_number(site),
+            owner,
+            terms,
+            labels,
+        })
+    }
+
+    /// A new acquisition's id: a retry after a lost reply finds its own hold in place and
+    /// takes it instead of waiting on itself or counting it twice.
+    fn fresh_id(&self) -> HoldId {
+        let lane = self.context.lane();
+        match self.algorithm.owner {
+            OwnerKind::Token => HoldId {
+                owner: identity::owner_token_described(self.site),
+                nonce: identity::no_nonce(),
+                holder: identity::no_nonce(),
+                lane,
+            },
+            OwnerKind::Context => HoldId {
+                owner: self.owner.0.clone(),
+                nonce: self.shared.nonce(),
+                holder: self.owner.1.clone(),
+                lane,
+            },
+        }
+    }
+
+    fn timeout(&self, started: Instant, attempts: u32) -> Error {
+        Error::Timeout {
+            key: self.key.name().to_owned(),
+            waited: started.elapsed(),
+            attempts,
+        }
+    }
+
+    fn hold(&self, id: HoldId) -> Hold {
+        Hold {
+            nodes: self.shared.nodes.clone(),
+            algorithm: self.algorithm,
+            key: self.key.clone(),
+            id,
+        }
+    }
+
+    /// Registers a hold granted by the server (watchdog, per-task table) and hands out its
+    /// guard.
+    fn guard(
+        &self,
+        id: HoldId,
+        fence: Option<u64>,
+        sent: Instant,
+        lease: Arc<LeaseState>,
+    ) -> Guard {
+        let watch = self.period.map(|period| {
+            self.shared.watchdog.watch(Watch {
+                algorithm: self.algorithm,
+                key: self.key.clone(),
+                id: id.clone(),
+                ttl_ms: self.ttl_ms,
+                period,
+                // A cap too large to add is no cap.
+                stop_at: self.max_hold.and_then(|cap| sent.checked_add(cap)),
+                lease: lease.clone(),
+            })
+        });
+        self.shared
+            .holds
+            .hold(&self.key, self.context, lease.clone());
+        let tenure = self.terms.clone().map(|terms| Tenure {
+            terms,
+            context: self.context,
+            passes: 0,
+            since: sent,
+        });
+        let parts = GuardParts {
+            fence,
+            acquired_at: sent,
+            lease,
+            min_hold: self.min_hold,
+            registration: Registration { watch, held: true },
+            tenure,
+        };
+        Guard::new(self.shared, self.hold(id), parts)
+    }
+
+    /// Takes a hold a local holder handed over (see `handoff`): the lease, its renewal and the
+    /// server's hold go on unchanged; only the holding task changes.
+    fn adopt(&self, mut transfer: Transfer) -> Guard {
+        transfer.armed = false;
+        self.shared
+            .holds
+            .hold(&transfer.hold.key, self.context, transfer.lease.clone());
+        let tenure = self.terms.clone().map(|terms| Tenure {
+            terms,
+            context: self.context,
+            passes: transfer.passes,
+            since: transfer.since,
+        });
+        let parts = GuardParts {
+            fence: None,
+            acquired_at: Instant::now(),
+            lease: transfer.lease.clone(),
+            min_hold: self.min_hold,
+            registration: Registration {
+                watch: transfer.watch.take(),
+                held: true,
+            },
+            tenure,
+        };
+        Guard::new(self.shared, transfer.hold.clone(), parts)
+    }
+}
+
+/// Takes the lock `request` asks for, waiting up to `wait`; the guard and the attempts it took.
+/// The plan is made at the first poll: it reads the task's context, and the future may be made
+/// in one task and awaited in another (`LockContext::scope` wraps a future already made).
+pub(super) async fn acquire(
+    request: LockRequest<'_>,
+    wait: Duration,
+    labels: Arc<Labels>,
+) -> Result<(Guard, u32), Error> {
+    attempts(Plan::new(request, wait, labels)?).await
+}
+
+async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
+    let started = Instant::now();
+    let deadline = started.checked_add(plan.wait);
+    let waits = !plan.wait.is_zero();
+    let shared = plan.shared;
+    let mut waiter = Waiter::new(
+        &shared.notifier,
+        &plan.key,
+        plan.terms.clone(),
+        plan.algorithm.shared,
+    );
+    // Tasks of this process already waiting for the lock go first (unless holders may share
+    // it: a reader can get in beside the readers inside). A re-entry never queues: those
+    // tasks wait for the very hold it extends.
+    if waits && !plan.algorithm.shared && !plan.reentry {
+        waiter.arrive(plan.wait).await;
+        if let Some(transfer) = waiter.take_handed() {
+            return Ok((plan.adopt(transfer), 0));
+        }
+        if gave_up(deadline, &waiter) {
+            return Err(plan.timeout(started, 0));
+        }
+    }
+    let mut attempts = 0u32;
+    // Set once a request may have reached the server without its answer reaching us.
+    let mut unsure = false;
+    // Armed while an attempt may have taken the lock unseen: if this future is dropped then
+    // (a timeout around `acquire`, a handler whose client went away), the hold is given back
+    // in the background instead of blocking the lock for its whole ttl.
+    let mut pending = Pending {
+        hold: plan.hold(plan.fresh_id()),
+        ttl: plan.ttl,
+        armed: false,
+    };
+    loop {
+        attempts += 1;
+        waiter.attempting();
+        let sent = Instant::now();
+        let ask = Ask {
+            unsure,
+            want_holder_ttl: !waiter.knows_holder(),
+            waits,
+            fencing: plan.fencing,
+        };
+        pending.armed = true;
+        let answer = shared
+            .nodes
+            .acquire(
+                plan.algorithm,
+                &plan.key,
+                &pending.hold.id,
+                plan.ttl_ms,
+                ask,
+                plan.replicas,
+                plan.site_number,
+            )
+            .await;
+        let (error, holder_ttl) = match answer {
+            Ok(Attempt::Acquired { fence }) => {
+                let lease = Arc::new(LeaseState::new(sent, plan.ttl, plan.labels.clone()));
+                if lease.is_valid() {
+                    pending.armed = false;
+                    let guard = plan.guard(pending.hold.id.clone(), fence, sent, lease);
+                    return Ok((guard, attempts));
+                }
+                // The answer came so late that the lease is already spent: give it back and
+                // carry on as if the lock were busy, as a new acquisition. With the same id,
+                // the give-back (sent in the background) could arrive after the next attempt
+                // took the lock and free that hold (spec/: found by the model checker).
+                pending.give_back();
+                pending.hold.id = plan.fresh_id();
+                unsure = false;
+                (None, None)
+            }
+            // The scripts check for this acquisition's own hold, so busy means not ours.
+            Ok(Attempt::Busy { holder_ttl }) => {
+                pending.armed = false;
+                waiter.busy_after_release();
+                (None, holder_ttl)
+            }
+            // The connection failed, or too few quorum nodes answered: maybe only for now.
+            Err(e) if e.is_transient() && !matches!(e, Error::ReplicasNotConfirmed { .. }) => {
+                unsure = true;
+                (Some(e), None)
+            }
+            // Taken, but too few replicas confirmed it: a failover could lose it. Give it back
+            // before saying so, so no lock is left behind by a failed call.
+            Err(e @ Error::ReplicasNotConfirmed { .. }) => {
+                if Box::pin(pending.hold.give_back_now(plan.ttl)).await {
+                    pending.armed = false;
+                }
+                return Err(e);
+            }
+            // `pending` gives back what an earlier, unanswered attempt may have taken.
+            Err(e) => return Err(e),
+        };
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return Err(match error {
+                Some(e) => e,
+                None if !waits => Error::Busy {
+                    key: plan.key.name().to_owned(),
+                },
+                None => plan.timeout(started, attempts),
+            });
+        }
+        waiter.pause(holder_ttl, error.is_some(), left).await;
+        if let Some(transfer) = waiter.take_handed() {
+            return Ok((plan.adopt(transfer), attempts));
+        }
+        if gave_up(deadline, &waiter) {
+            return Err(plan.timeout(started, attempts));
+        }
+    }
+}
+
+/// True when the wait has run out while the lock is known to be held beyond it: no last
+/// attempt (see [`Waiter::worth_a_last_try`]).
+fn gave_up(deadline: Option<Instant>, waiter: &Waiter<'_>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d) && !waiter.worth_a_last_try()
+}
+
+pin_project_lite::pin_project! {
+    /// An acquisition: its attempts inside its span, then the outcome reported to traces
+    /// and metrics. Written by hand: an `async` block around the attempts would keep them
+    /// twice in its future (once captured, once awaited).
+    pub(super) struct Acquiring<F> {
+        #[pin]
+        pub(super) attempt: tracing::instrument::Instrumented<F>,
+        pub(super) labels: Arc<Labels>,
+        pub(super) started: Option<Instant>,
+    }
+}
+
+impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
+    type Output = Result<Guard, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut this = self.project();
+        let started = *this.started.get_or_insert_with(Instant::now);
+        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
+            return std::task::Poll::Pending;
+        };
+        let (outcome, attempts, fence, error) = match &result {
+            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
+            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
+            Err(e @ Error::Timeout { attempts, .. }) => {
+                (Outcome::Timeout, *attempts, None, Some(e))
+            }
+            Err(e) => (Outcome::Error, 0, None, Some(e)),
+        };
+        let span = this.attempt.span();
+        this.labels
+            .acquired(span, outcome, started.elapsed(), attempts, fence, error);
+        std::task::Poll::Ready(result.map(|(guard, _)| guard))
+    }
+}
+
+/// An acquisition that may hold the lock without knowing it; see `LockRequest::acquire`.
+struct Pending {
+    hold: Hold,
+    ttl: Duration,
+    armed: bool,
+}
+
+impl Pending {
+    /// Releases the acquisition in the background, with the same id: idempotent, and it frees
+    /// nothing but this acquisition's own hold.
+    fn give_back(&mut self) {
+        self.armed = false;
+        // Whatever an attempt took expires within a ttl of now: no use retrying past that.
+        let until = Instant::now() + self.ttl;
+        self.hold.clone().release_in_background(Some(until));
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.armed {
+            self.give_back();
+        }
+    }
+}
+
+fn renew_period(
+    on: bool,
+    every: Option<Duration>,
+    ttl: Duration,
+) -> Result<Option<Duration>, Error> {
+    if !on {
+        return Ok(None);
+    }
+    let period = every.unwrap_or(ttl / 3);
+    if period.is_zero() || period >= ttl {
+        return Err(Error::config(format!(
+            "watchdog period {period:?} must be above zero and below the ttl {ttl:?}"
+        )));
+    }
+    Ok(Some(period))
+}

@@ -1,0 +1,7 @@
+//! Taking a lock: the request builder every mode shares (`request`), and the one acquire loop
+//! every mode goes through (`attempt`).
+
+mod attempt;
+mod request;
+
+pub use request::LockRequest;

@@ -1,0 +1,225 @@
+//! The request builder: every setting a lock acquisition takes.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::panic::Location;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument as _;
+
+use crate::algorithm::Algorithm;
+use crate::config::{Replicas, DEFAULT_TTL, DEFAULT_WAIT};
+use crate::error::Error;
+use crate::guard::Guard;
+use crate::key::LockKey;
+use crate::runtime::Shared;
+use crate::telemetry::{Labels, NO_LABEL};
+
+use super::attempt::{acquire, Acquiring};
+
+/// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
+/// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
+#[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
+pub struct LockRequest<'c> {
+    pub(super) shared: &'c Arc<Shared>,
+    pub(super) algorithm: &'static Algorithm,
+    pub(super) key: Result<LockKey, Error>,
+    pub(super) ttl: Duration,
+    pub(super) wait: Duration,
+    pub(super) watchdog: bool,
+    pub(super) renew_every: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) replicas: Option<Replicas>,
+    pub(super) min_hold: Option<Duration>,
+    pub(super) fencing: bool,
+    pub(super) label: Cow<'static, str>,
+    pub(super) record_name: bool,
+    pub(super) site: Option<&'static str>,
+    pub(super) caller: &'static Location<'static>,
+}
+
+impl<'c> LockRequest<'c> {
+    pub(crate) fn new(
+        shared: &'c Arc<Shared>,
+        algorithm: &'static Algorithm,
+        name: &[u8],
+        caller: &'static Location<'static>,
+    ) -> Self {
+        LockRequest {
+            shared,
+            algorithm,
+            key: shared.key(name),
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
+            watchdog: true,
+            renew_every: None,
+            max_hold: None,
+            replicas: None,
+            min_hold: None,
+            fencing: false,
+            label: Cow::Borrowed(NO_LABEL),
+            record_name: false,
+            site: None,
+            caller,
+        }
+    }
+
+    /// Keep the lock at least this long after it was acquired, even when it is released
+    /// sooner: [`Guard::release`] then leaves the lock in place until `min_hold` has passed
+    /// (ShedLock's `lockAtLeastFor`). Made for jobs that every instance of a service starts on
+    /// its own timer: the instance that runs first keeps the others out for the whole period,
+    /// even if its run took two seconds and another's timer fires a moment later.
+    ///
+    /// When the release comes with more than the remaining lease still to hold (the usual
+    /// case: a ttl of seconds, a `min_hold` of minutes), the lease is extended to end exactly
+    /// then, owner-checked, and the lock needs nothing more from this process. When the lease
+    /// already lasts longer, a background task releases the lock once `min_hold` has passed; if
+    /// the process exits before, the lock ends with its lease, later than `min_hold` but never
+    /// sooner. Pair it with a zero `wait`, so a late instance skips instead of queueing.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// // Every instance calls this at 02:00; one of them runs the report.
+    /// match locks.lock("daily-report").min_hold(Duration::from_secs(300)).try_acquire().await {
+    ///     Ok(guard) => {
+    ///         // ... run the report ...
+    ///         guard.release().await?; // the lock stays until 02:05
+    ///     }
+    ///     Err(distlock::Error::Busy { .. }) => {} // another instance has it
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn min_hold(mut self, min: Duration) -> Self {
+        self.min_hold = Some(min);
+        self
+    }
+
+    /// Mint a fencing token with this acquisition (default off): a number strictly greater
+    /// than the token of every earlier fenced acquisition of this lock name, read with
+    /// [`Guard::fencing_token`]. Pass it to the resource the lock protects and have it refuse
+    /// writes carrying a smaller one: that stops a holder that lost its lease (a long GC
+    /// pause, a frozen VM) from overwriting its successor's work, which no lease alone can
+    /// prevent.
+    ///
+    /// It costs the server work on every acquisition: the lock is taken by a script that
+    /// also increments the lock's counter (`<prefix>:#fence:<body>`, same slot), where an acquisition
+    /// without fencing is one plain `SET key value NX PX ttl` (setnx) or a script that
+    /// skips the counter (the other modes). [What it costs](crate::guide::design#fencing-tokens)
+    /// gives the figures. A read lock's token is the token of the latest fenced write (see
+    /// [`Client::read`](crate::Client::read)); a re-entry keeps its tenure's token, and a re-entry that asks for
+    /// fencing in a tenure taken without it mints the tenure's token then. A fenced request
+    /// is never handed a hold by a local holder (see
+    /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)): each fenced
+    /// acquisition takes the lock from Redis and gets a token of its own.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// What this lock is called in traces and metrics: a name for the *kind* of lock, such as
+    /// the template `order:<id>`, not the rendered name (names can carry user data, and a
+    /// metric label must take few values). The attributes set it to their key template.
+    /// Without it, traces and metrics show `-`.
+    pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Also record the rendered lock name in this lock's trace spans and events (never in
+    /// metrics). Off by default: names can carry user data.
+    pub fn record_name(mut self, on: bool) -> Self {
+        self.record_name = on;
+        self
+    }
+
+    /// The locked fn, for traces (set by the attributes).
+    #[doc(hidden)]
+    pub fn site(mut self, site: &'static str) -> Self {
+        self.site = Some(site);
+        self
+    }
+
+    /// The lease (default 30 s, at least 10 ms). With the watchdog on, the lock is renewed
+    /// while held and this only bounds how long a dead holder blocks others; with it off, the
+    /// lock ends after this long.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) waits for a busy lock (default 5 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Renew the lease while the guard is held (default on). Off, the lease simply ends
+    /// after its ttl unless [`Guard::extend`] is called.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// How often the watchdog renews (default ttl / 3; must be below the ttl).
+    pub fn renew_every(mut self, period: Duration) -> Self {
+        self.renew_every = Some(period);
+        self
+    }
+
+    /// Stop renewing after this much total hold time: the lease then runs out and is reported
+    /// lost, so a holder stuck in an endless loop cannot keep the lock forever.
+    pub fn max_hold(mut self, cap: Duration) -> Self {
+        self.max_hold = Some(cap);
+        self
+    }
+
+    /// Replica acknowledgement for this acquisition, overriding the client's
+    /// ([`ClientBuilder::replicas`](crate::ClientBuilder::replicas)): once the lock is taken,
+    /// wait until `count` replicas of its master confirmed it, for at most `timeout`; with
+    /// fewer, the acquisition is undone and fails with [`Error::ReplicasNotConfirmed`]. See
+    /// [`Replicas`] for what it does and does not promise.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some(Replicas { count, timeout });
+        self
+    }
+
+    /// Takes the lock, waiting up to the configured wait. Fails with [`Error::Timeout`] when
+    /// it stayed busy, or with the connection's error when Redis stayed unreachable.
+    ///
+    /// The future is `Send` and about 2 KB: handlers and services that box their futures
+    /// (axum, tower) allocate it with every call.
+    pub fn acquire(self) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
+        let wait = self.wait;
+        self.run(wait)
+    }
+
+    /// One attempt: fails at once with [`Error::Busy`] if someone else holds the lock.
+    pub fn try_acquire(self) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
+        self.run(Duration::ZERO)
+    }
+
+    // Not `async fn`s: each `async fn` layer that takes the request by value keeps a copy of it
+    // in its future, and every acquisition moves (and a boxing caller allocates) the whole
+    // future.
+    fn run(mut self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
+        let labels = Arc::new(Labels {
+            mode: self.algorithm.name,
+            // Moved: the labels are where the acquisition keeps it.
+            key: std::mem::take(&mut self.label),
+            name: match (&self.key, self.record_name) {
+                (Ok(key), true) => Some(key.name().into()),
+                _ => None,
+            },
+            site: self.site,
+        });
+        let span = labels.acquire_span();
+        Acquiring {
+            attempt: acquire(self, wait, labels.clone()).instrument(span),
+            labels,
+            started: None,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Giving holds back: by the guard's `release()`, in the background for a dropped guard or an
+//! abandoned attempt, and after a minimum hold. One acquisition's release is idempotent (it
+//! names the acquisition), so each of these simply sends it again after a transport failure.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::algorithm::{Algorithm, HoldId};
+use crate::config::DEFAULT_TTL;
+use crate::error::Error;
+use crate::key::LockKey;
+use crate::lease;
+use crate::quorum::Nodes;
+
+/// Tries of a release before `release()` returns the transport error and leaves the rest to a
+/// background task (the lock still frees by then, at the latest when its lease runs out).
+pub(crate) const RELEASE_TRIES: u32 = 3;
+
+/// One acquisition's hold on the servers, as a release names it.
+#[derive(Clone)]
+pub(crate) struct Hold {
+    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) algorithm: &'static Algorithm,
+    pub(crate) key: LockKey,
+    pub(crate) id: HoldId,
+}
+
+impl Hold {
+    /// Sends the release, and again after a transport failure, at most `tries` times and not
+    /// past `until` (the lease has ended by then and there is nothing left to free). True
+    /// when the release freed the hold. A retry that finds nothing counts as released only
+    /// when `held` (the lease was still ours when the release was sent): the earlier try,
+    /// whose answer was lost, freed it. Otherwise the hold was already gone.
+    pub(crate) async fn release(
+        &self,
+        until: Instant,
+        tries: u32,
+        held: bool,
+    ) -> Result<bool, Error> {
+        let mut pause = Duration::from_millis(2);
+        let mut tried = 0;
+        loop {
+            tried += 1;
+            match self
+                .nodes
+                .release(self.algorithm, &self.key, &self.id)
+                .await
+            {
+                Ok(released) => return Ok(released || (tried > 1 && held)),
+                Err(e) if e.is_retryable() && tried < tries && Instant::now() < until => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Gives back an acquisition that must not stand (see `LockRequest::acquire`), retrying a
+    /// transport failure while its lease `ttl` could last. True when the release was answered
+    /// (the hold is gone either way); false leaves it to the caller's background release.
+    pub(crate) async fn give_back_now(&self, ttl: Duration) -> bool {
+        let until = Instant::now() + ttl;
+        self.release(until, RELEASE_TRIES, true).await.is_ok()
+    }
+
+    /// Releases without blocking the caller: `Drop` cannot await, and blocking a runtime
+    /// thread on I/O can deadlock a current-thread runtime. Transport failures are retried
+    /// until `until` (the end of the lease; by default a default ttl from now). If no runtime
+    /// is running, or every try fails, the lock still ends with its lease.
+    pub(crate) fn release_in_background(self, until: Option<Instant>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let until = until.unwrap_or_else(|| Instant::now() + DEFAULT_TTL);
+        runtime.spawn(async move {
+            // Nobody is left to report to; the lease bounds the cost of a failure.
+            let _ = self.release(until, u32::MAX, true).await;
+        });
+    }
+
+    /// Keeps a released lock until `left` from now (its minimum hold): a lease that ends
+    /// sooner (`remaining` by our clock) is extended to `left`, owner-checked, and then simply
+    /// runs out; a longer one is released when `left` has passed, in the background, retried
+    /// until `valid_until`. Ok(false): the lock was no longer ours.
+    pub(crate) async fn keep(
+        self,
+        left: Duration,
+        remaining: Duration,
+        valid_until: Instant,
+    ) -> Result<bool, Error> {
+        if left > remaining {
+            let ms = lease::ttl_ms(left.max(lease::MIN_TTL))?;
+            let extended = self
+                .nodes
+                .extend(self.algorithm, &self.key, &self.id, ms)
+                .await?;
+            return Ok(extended.is_some());
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(left).await;
+                let _ = self.release(valid_until, u32::MAX, true).await;
+            });
+        }
+        Ok(true)
+    }
+}
