@@ -11,9 +11,9 @@ use std::sync::Arc;
 use redis::{PushInfo, PushKind, Value, VerbatimFormat};
 
 use crate::algorithm::{parse_acquire, renewed_lease, script_error};
+use crate::channels::{Arrival, Channels};
 use crate::error::Op;
 use crate::key::LockKey;
-use crate::notify::{Arrival, Channels};
 
 /// Values nest at most this deep: deeper adds nothing the decoders look at.
 const MAX_DEPTH: usize = 4;

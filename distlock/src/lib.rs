@@ -155,6 +155,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod algorithm;
+mod channels;
 mod client;
 mod config;
 mod conn;

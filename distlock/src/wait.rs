@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use crate::channels::{Arrival, InFlight};
 use crate::handoff::{OpenSlot, Terms, Transfer};
 use crate::key::LockKey;
 use crate::lease::after;
-use crate::notify::{Arrival, InFlight, Notifier, Subscription};
+use crate::notify::{Notifier, Subscription};
 use crate::probe::Probe;
 
 /// First pause of the fallback backoff, used while no subscription is possible.

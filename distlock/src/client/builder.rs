@@ -4,13 +4,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::channels::Channels;
 use crate::config::{
     HandOffLimits, Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN,
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, MAX_CONNECTIONS,
 };
+use crate::conn::PushSink;
 use crate::error::{Error, NodeError};
 use crate::key;
-use crate::notify::{Channels, Notifier};
+use crate::notify::Notifier;
 use crate::quorum::{Node, NodeSettings, Nodes, Records};
 use crate::runtime::Shared;
 use crate::watchdog::Watchdog;
@@ -299,7 +301,7 @@ impl ClientBuilder {
         let connecting = self
             .urls
             .iter()
-            .map(|url| Node::connect(url, &settings, channels.clone(), n > 1));
+            .map(|url| Node::connect(url, &settings, sink(&channels), n > 1));
         let mut nodes = Vec::with_capacity(n);
         let mut failures = Vec::new();
         for result in futures_util::future::join_all(connecting).await {
@@ -340,7 +342,7 @@ impl ClientBuilder {
             nodes,
             quorum,
             node_timeout,
-            channels: channels.clone(),
+            listeners: channels.clone(),
         });
         Ok(self.finish(channels, nodes))
     }
@@ -394,9 +396,9 @@ impl ClientBuilder {
         };
         let channels = Arc::new(Channels::default());
         let node = match &self.shape {
-            Shape::Cluster => Node::cluster(&self.urls, &settings, channels.clone()).await?,
+            Shape::Cluster => Node::cluster(&self.urls, &settings, sink(&channels)).await?,
             Shape::Sentinel(master) => {
-                Node::sentinel(&self.urls, master, &settings, channels.clone()).await?
+                Node::sentinel(&self.urls, master, &settings, sink(&channels)).await?
             }
             Shape::Nodes => unreachable!("handled by connect"),
         };
@@ -404,7 +406,7 @@ impl ClientBuilder {
             nodes: vec![node],
             quorum: 1,
             node_timeout: self.response_timeout,
-            channels: channels.clone(),
+            listeners: channels.clone(),
             records: Records::new(&self.prefix, 1),
         });
         Ok(self.finish(channels, nodes))
@@ -437,4 +439,10 @@ pub(super) enum Shape {
     Cluster,
     /// Sentinels, and the master name they know.
     Sentinel(String),
+}
+
+/// Where the nodes' push frames go: the waiters' channels.
+fn sink(channels: &Arc<Channels>) -> PushSink {
+    let channels = channels.clone();
+    Arc::new(move |push| channels.on_push(push))
 }

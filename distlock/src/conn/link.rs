@@ -38,10 +38,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, Pipeline, PushKind, RedisError, RedisFuture, RedisResult,
+    Value,
+};
 use tokio::net::TcpStream;
 
-use super::subscriptions::Subscriptions;
+use super::subscriptions::{change, confirmed, no_subscriptions, Subscriptions, SUBSCRIBE_TRIES};
 use super::wire::{tick, PushSink, Wire};
 use crate::sync::lock;
 
@@ -353,4 +356,66 @@ pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
 /// treats as transient (retried, the attempt possibly taken).
 pub(super) fn failure(kind: io::ErrorKind) -> RedisError {
     io::Error::new(kind, "the connection to Redis failed").into()
+}
+
+impl Link {
+    /// Listens on `channel`: returns once the server confirmed the subscription on the open
+    /// connection, which every later connection of this link subscribes again. Only for a
+    /// link with a push sink.
+    pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        let shared = &self.shared;
+        if shared.sink.is_none() {
+            return Err(no_subscriptions());
+        }
+        lock(&shared.subscriptions.channels).insert(channel.to_vec());
+        let mut tries = 0;
+        let result = loop {
+            tries += 1;
+            let wire = match self.wire().await {
+                Ok(wire) => wire,
+                Err(e) => break Err(e),
+            };
+            let (bytes, confirm) = change("SUBSCRIBE", PushKind::Subscribe, channel);
+            match wire.request(&bytes, 1, Some(confirm)).await {
+                Ok(answer) => break confirmed(answer),
+                // The connection failed before the confirmation came: the next one
+                // subscribes the channel first thing.
+                Err(kind) if kind != io::ErrorKind::TimedOut && tries < SUBSCRIBE_TRIES => {}
+                Err(kind) => break Err(self.failure(kind)),
+            }
+        };
+        if result.is_err() {
+            lock(&shared.subscriptions.channels).remove(channel);
+            // A connection opened meanwhile may have subscribed it all the same.
+            let _opening = shared.opening.lock().await;
+            if let Some(wire) = self.usable() {
+                wire.send_unanswered([change("UNSUBSCRIBE", PushKind::Unsubscribe, channel)]);
+            }
+        }
+        result
+    }
+
+    /// Stops listening on `channel`: no later connection subscribes it, and the open one (if
+    /// any) unsubscribes it, confirmed when this returns.
+    pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        let shared = &self.shared;
+        if shared.sink.is_none() {
+            return Err(no_subscriptions());
+        }
+        lock(&shared.subscriptions.channels).remove(channel);
+        // A connection being opened subscribes the channels as they were: wait for it.
+        let wire = {
+            let _opening = shared.opening.lock().await;
+            self.usable()
+        };
+        let Some(wire) = wire else {
+            // No connection open: the channel is subscribed nowhere.
+            return Ok(());
+        };
+        let (bytes, confirm) = change("UNSUBSCRIBE", PushKind::Unsubscribe, channel);
+        let answer = wire.request(&bytes, 1, Some(confirm)).await;
+        answer
+            .map_err(|kind| self.failure(kind))
+            .and_then(confirmed)
+    }
 }

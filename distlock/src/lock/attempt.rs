@@ -3,6 +3,7 @@
 //! error that will not pass.
 
 use std::future::Future;
+use std::panic::Location;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,21 @@ use crate::telemetry::{Labels, Outcome};
 use crate::wait::Waiter;
 use crate::watchdog::Watch;
 
-use super::request::LockRequest;
+/// What a [`LockRequest`](crate::LockRequest) asks for, as the acquire loop takes it.
+pub(super) struct Asked<'c> {
+    pub(super) shared: &'c Arc<Shared>,
+    pub(super) algorithm: &'static Algorithm,
+    pub(super) key: Result<LockKey, Error>,
+    pub(super) ttl: Duration,
+    pub(super) watchdog: bool,
+    pub(super) renew_every: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) replicas: Option<Replicas>,
+    pub(super) min_hold: Option<Duration>,
+    pub(super) fencing: bool,
+    pub(super) site: Option<&'static str>,
+    pub(super) caller: &'static Location<'static>,
+}
 
 /// Everything an acquisition settles before its first attempt.
 struct Plan<'c> {
@@ -54,28 +69,21 @@ struct Plan<'c> {
 
 impl Plan<'_> {
     /// Checks the request and settles who takes the lock on what terms.
-    fn new<'c>(
-        request: LockRequest<'c>,
-        wait: Duration,
-        labels: Arc<Labels>,
-    ) -> Result<Plan<'c>, Error> {
-        let LockRequest {
+    fn new(asked: Asked<'_>, wait: Duration, labels: Arc<Labels>) -> Result<Plan<'_>, Error> {
+        let Asked {
             shared,
             algorithm,
             key,
             ttl,
-            wait: _,
             watchdog,
             renew_every,
             max_hold,
             replicas,
             min_hold,
             fencing,
-            label: _,
-            record_name: _,
             site,
             caller,
-        } = request;
+        } = asked;
         let key = key?;
         let ttl_ms = lease::ttl_ms(ttl)?;
         let ttl = Duration::from_millis(ttl_ms);
@@ -265,15 +273,15 @@ impl Plan<'_> {
     }
 }
 
-/// Takes the lock `request` asks for, waiting up to `wait`; the guard and the attempts it took.
+/// Takes the lock `asked` for, waiting up to `wait`; the guard and the attempts it took.
 /// The plan is made at the first poll: it reads the task's context, and the future may be made
 /// in one task and awaited in another (`LockContext::scope` wraps a future already made).
 pub(super) async fn acquire(
-    request: LockRequest<'_>,
+    asked: Asked<'_>,
     wait: Duration,
     labels: Arc<Labels>,
 ) -> Result<(Guard, u32), Error> {
-    attempts(Plan::new(request, wait, labels)?).await
+    attempts(Plan::new(asked, wait, labels)?).await
 }
 
 async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {

@@ -16,27 +16,27 @@ use crate::key::LockKey;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, NO_LABEL};
 
-use super::attempt::{acquire, Acquiring};
+use super::attempt::{acquire, Acquiring, Asked};
 
 /// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
 /// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
 #[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct LockRequest<'c> {
-    pub(super) shared: &'c Arc<Shared>,
-    pub(super) algorithm: &'static Algorithm,
-    pub(super) key: Result<LockKey, Error>,
-    pub(super) ttl: Duration,
-    pub(super) wait: Duration,
-    pub(super) watchdog: bool,
-    pub(super) renew_every: Option<Duration>,
-    pub(super) max_hold: Option<Duration>,
-    pub(super) replicas: Option<Replicas>,
-    pub(super) min_hold: Option<Duration>,
-    pub(super) fencing: bool,
-    pub(super) label: Cow<'static, str>,
-    pub(super) record_name: bool,
-    pub(super) site: Option<&'static str>,
-    pub(super) caller: &'static Location<'static>,
+    shared: &'c Arc<Shared>,
+    algorithm: &'static Algorithm,
+    key: Result<LockKey, Error>,
+    ttl: Duration,
+    wait: Duration,
+    watchdog: bool,
+    renew_every: Option<Duration>,
+    max_hold: Option<Duration>,
+    replicas: Option<Replicas>,
+    min_hold: Option<Duration>,
+    fencing: bool,
+    label: Cow<'static, str>,
+    record_name: bool,
+    site: Option<&'static str>,
+    caller: &'static Location<'static>,
 }
 
 impl<'c> LockRequest<'c> {
@@ -217,9 +217,27 @@ impl<'c> LockRequest<'c> {
         });
         let span = labels.acquire_span();
         Acquiring {
-            attempt: acquire(self, wait, labels.clone()).instrument(span),
+            attempt: acquire(self.asked(), wait, labels.clone()).instrument(span),
             labels,
             started: None,
+        }
+    }
+
+    /// What the acquire loop takes from the request.
+    fn asked(self) -> Asked<'c> {
+        Asked {
+            shared: self.shared,
+            algorithm: self.algorithm,
+            key: self.key,
+            ttl: self.ttl,
+            watchdog: self.watchdog,
+            renew_every: self.renew_every,
+            max_hold: self.max_hold,
+            replicas: self.replicas,
+            min_hold: self.min_hold,
+            fencing: self.fencing,
+            site: self.site,
+            caller: self.caller,
         }
     }
 }

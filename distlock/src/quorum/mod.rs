@@ -42,7 +42,6 @@ use crate::error::{Error, NodeError};
 
 use crate::identity;
 use crate::key::{Kind, LockKey};
-use crate::notify::Channels;
 pub(crate) use node::{until_answered, Node, NodeSettings};
 pub(crate) use records::Records;
 
@@ -61,10 +60,18 @@ pub(crate) struct Nodes {
     /// Bound on one node's answer inside a quorum operation.
     pub(crate) node_timeout: Duration,
     /// This client's waiters: a release publishes for them even where no waiter marked the
-    /// lock (see [`Channels::listening`]).
-    pub(crate) channels: Arc<Channels>,
+    /// lock (see [`Listeners`]).
+    pub(crate) listeners: Arc<dyn Listeners>,
     /// The process's record on each node, naming the holders of this client's holds.
     pub(crate) records: Records,
+}
+
+/// Who listens for a lock's releases in this process: a setnx release publishes for them even
+/// where no waiter marked the lock as waited for (they queued behind a local attempt and never
+/// marked it). The waiters' state lives above this layer; it is handed down as this.
+pub(crate) trait Listeners: Send + Sync {
+    /// True when a task of this client waits subscribed to `key`'s channel.
+    fn listening(&self, key: &LockKey) -> bool;
 }
 
 /// What one node said.
@@ -298,7 +305,7 @@ impl Nodes {
     ) -> Result<bool, Error> {
         if let Some(mut conn) = self.single(id) {
             let sharded = conn.sharded();
-            let listening = self.channels.listening(key);
+            let listening = self.listeners.listening(key);
             return algorithm
                 .try_release(&mut conn, key, id, sharded, listening)
                 .await;
@@ -314,7 +321,7 @@ impl Nodes {
         key: &LockKey,
         id: &HoldId,
     ) -> Result<bool, Error> {
-        let listening = self.channels.listening(key);
+        let listening = self.listeners.listening(key);
         let cmd = Arc::new(algorithm.release_cmd(key, id, &identity::wake_id(), false, listening));
         let answers = self.fan_out_owned(true, |mut conn| {
             let (cmd, key) = (cmd.clone(), key.clone());
@@ -329,7 +336,7 @@ impl Nodes {
     /// Gives the hold back on every node and waits for all of them (or their timeouts): a
     /// failed acquisition leaves no partial lock behind by the time its caller hears of it.
     async fn release_everywhere(&self, algorithm: &'static Algorithm, key: &LockKey, id: &HoldId) {
-        let listening = self.channels.listening(key);
+        let listening = self.listeners.listening(key);
         let cmd = &algorithm.release_cmd(key, id, &identity::wake_id(), false, listening);
         self.fan_out(true, |_, mut conn| async move {
             algorithm.send_release(&mut conn, key, cmd).await

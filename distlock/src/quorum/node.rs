@@ -32,7 +32,6 @@ use crate::algorithm::{HoldId, ServerQuirks};
 use crate::conn::sentinel::SentinelSettings;
 use crate::conn::{Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
-use crate::notify::Channels;
 
 use super::eviction::EvictionCheck;
 use crate::sync::lock;
@@ -107,14 +106,14 @@ impl Health {
 
 impl Node {
     /// Opens the connections (RESP3, so release notifications arrive as push frames and feed
-    /// `channels`). Fails within the connect timeout when no server answers, unless
+    /// `sink`). Fails within the connect timeout when no server answers, unless
     /// `lazy_if_down`: a quorum node that is down at start-up is then connected lazily, kept
     /// out of quorums until it answers (and, like every node, until its server has been up
     /// for the restart delay), and returned with the error that made it lazy.
     pub(crate) async fn connect(
         url: &str,
         settings: &NodeSettings,
-        channels: Arc<Channels>,
+        sink: PushSink,
         lazy_if_down: bool,
     ) -> Result<(Node, Option<Error>), Error> {
         let addr = crate::conn::url::redact(url);
@@ -145,7 +144,7 @@ impl Node {
                         let _ = recheck.send(());
                     }
                 }
-                channels.on_push(push);
+                sink(push);
             })
         };
         // An acquisition connection that had to open again saw the server go away, perhaps
@@ -175,7 +174,7 @@ impl Node {
         let (lanes, failure) = match first {
             // Plain TCP: distlock's own connections (`conn::link`), the first with the push
             // sink and the subscriptions, the others for commands only: no pushes to hear,
-            // and their disconnections must not wake the waiters (see `Channels::on_push`).
+            // and their disconnections must not wake the waiters (the sink reads a disconnection as lost wake-ups).
             Some(first) => {
                 let others = (1..lanes).filter_map(|_| {
                     Link::new(
@@ -245,12 +244,12 @@ impl Node {
     }
 
     /// Connects to a Redis Cluster through any of its nodes (RESP3, sharded wake-ups feed
-    /// `channels`). redis-rs discovers the topology, routes each script to the master of its
+    /// `sink`). redis-rs discovers the topology, routes each script to the master of its
     /// slot, follows `MOVED`/`ASK` and refreshes the slot map after a failover.
     pub(crate) async fn cluster(
         urls: &[String],
         settings: &NodeSettings,
-        channels: Arc<Channels>,
+        sink: PushSink,
     ) -> Result<Node, Error> {
         let addr = urls
             .iter()
@@ -271,7 +270,7 @@ impl Node {
                 if push.kind == PushKind::Disconnection {
                     eviction.reconnected();
                 }
-                channels.on_push(push);
+                sink(push);
                 Ok::<(), std::convert::Infallible>(())
             }
         };
@@ -315,7 +314,7 @@ impl Node {
         urls: &[String],
         master_name: &str,
         settings: &NodeSettings,
-        channels: Arc<Channels>,
+        sink: PushSink,
     ) -> Result<Node, Error> {
         let addr = format!(
             "{} ({master_name})",
@@ -351,7 +350,7 @@ impl Node {
                 if push.kind == PushKind::Disconnection {
                     eviction.reconnected();
                 }
-                channels.on_push(push);
+                sink(push);
             })
         };
         let (conn, monitor) = SentinelConn::connect(sentinel_settings, sink)
