@@ -13,8 +13,8 @@ use tokio::sync::Notify;
 
 use crate::handoff::{self, Terms, Transfer};
 use crate::key::{lock_of_channel, LockKey};
+use crate::nodes::Listeners;
 use crate::probe::Probing;
-use crate::quorum::Listeners;
 use crate::sync::lock;
 
 /// The payload a release script publishes to wake every waiter instead of one.

@@ -8,8 +8,8 @@
 //! * **single node**: over plain TCP, distlock's own connections ([`Link`]), which reopen by
 //!   themselves: the first carries the subscriptions (it hears the pushes), renewals and
 //!   inspection, the others the acquisitions, each acquisition's commands on one of them (see
-//!   `quorum::Node::lane`); each node of a Redlock quorum has two, the first and one for its
-//!   commands (`quorum::Node::commands`). Over TLS (`rediss://`) or a Unix socket, redis-rs's
+//!   `nodes::Node::lane`); each node of a Redlock quorum has two, the first and one for its
+//!   commands (`nodes::Node::commands`). Over TLS (`rediss://`) or a Unix socket, redis-rs's
 //!   `ConnectionManager`s in the same roles;
 //! * **Cluster**: redis-rs's cluster connection routes every script by its first key (all keys
 //!   of one lock share a slot), follows `MOVED`/`ASK` and refreshes the topology after a

@@ -29,8 +29,8 @@ use redis::Value;
 use crate::channels::{Channel, Channels};
 use crate::handoff::{self, OpenSlot, Terms};
 use crate::key::LockKey;
+use crate::nodes::{until_answered, Nodes};
 use crate::probe::Probing;
-use crate::quorum::{until_answered, Nodes};
 use crate::sync::lock;
 
 /// Bound on an UNSUBSCRIBE's answer: the connection's own response timeout applies too; this
@@ -81,7 +81,7 @@ impl Notifier {
     /// changed, the connection was down at some point after that attempt, and a release
     /// published then reached no one here, so the waiter attempts again instead of sleeping.
     /// Waiters asleep when it changes are woken. A single node's waiters attempt on other
-    /// connections than the subscriptions' one (see `quorum::Node::lane`), so their attempts
+    /// connections than the subscriptions' one (see `nodes::Node::lane`), so their attempts
     /// do not wait for it to come back; this is what tells them when it has.
     pub(crate) fn rejoins(&self) -> u64 {
         self.channels.rejoins.load(Ordering::Acquire)

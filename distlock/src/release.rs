@@ -10,7 +10,7 @@ use crate::config::DEFAULT_TTL;
 use crate::error::Error;
 use crate::key::LockKey;
 use crate::lease;
-use crate::quorum::Nodes;
+use crate::nodes::Nodes;
 
 /// Tries of a release before `release()` returns the transport error and leaves the rest to a
 /// background task (the lock still frees by then, at the latest when its lease runs out).

@@ -10,8 +10,8 @@ use crate::config::{HandOffLimits, Replicas};
 use crate::error::Error;
 use crate::holds::Holds;
 use crate::key::LockKey;
+use crate::nodes::Nodes;
 use crate::notify::Notifier;
-use crate::quorum::Nodes;
 use crate::watchdog::Watchdog;
 
 /// One client's deployment, settings and local state.

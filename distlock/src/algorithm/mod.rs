@@ -48,7 +48,7 @@ pub(crate) struct HoldId {
     /// inspection; empty where the owner token already carries it (setnx).
     pub(crate) holder: Arc<str>,
     /// Which of a single node's connections its commands travel on (see
-    /// [`Node::lane`](crate::quorum::Node::lane)): the taking task's, so that a task's
+    /// [`Node::lane`](crate::nodes::Node::lane)): the taking task's, so that a task's
     /// acquisitions keep to one connection.
     pub(crate) lane: u32,
 }

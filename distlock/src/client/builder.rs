@@ -12,8 +12,8 @@ use crate::config::{
 use crate::conn::PushSink;
 use crate::error::{Error, NodeError};
 use crate::key;
+use crate::nodes::{Node, NodeSettings, Nodes, Records};
 use crate::notify::Notifier;
-use crate::quorum::{Node, NodeSettings, Nodes, Records};
 use crate::runtime::Shared;
 use crate::watchdog::Watchdog;
 

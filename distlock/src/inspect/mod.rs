@@ -4,7 +4,7 @@
 //! number, the time), written by the acquire script in the same step as the hold (setnx: after
 //! the owner token in the lock's value; reentrant and write holds: as the value of the
 //! acquisition's field); the process's record says what the tag and number stand for (host,
-//! pid, site; see `identity` and `quorum::records`). Inspection reads both; the lock path pays about 20 bytes per
+//! pid, site; see `identity` and `nodes::records`). Inspection reads both; the lock path pays about 20 bytes per
 //! hold and one write per call site and server.
 
 use std::collections::BTreeSet;
@@ -16,7 +16,7 @@ use crate::client::Client;
 use crate::error::{Error, Op};
 use crate::identity::{self, Described};
 use crate::key::{name_of, Kind, LockKey};
-use crate::quorum::records;
+use crate::nodes::records;
 use crate::telemetry;
 
 static INSPECT: std::sync::LazyLock<Script> =

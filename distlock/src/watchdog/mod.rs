@@ -39,7 +39,7 @@ use crate::algorithm::{Algorithm, HoldId};
 use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::{valid_until, LeaseState};
-use crate::quorum::Nodes;
+use crate::nodes::Nodes;
 use crate::sync::lock;
 
 /// Most renewals in one pipeline. A server answers a pipeline only once it has run all of it:

@@ -11,7 +11,7 @@ use super::{cluster, dedup_algorithms, Due, NodeReplies, Shared};
 const RETRY_AFTER: Duration = Duration::from_millis(50);
 use crate::algorithm::renewed_lease;
 use crate::conn::Conn;
-use crate::quorum::{Node, Nodes};
+use crate::nodes::{Node, Nodes};
 
 /// Sends node `i`'s queue, a chunk at a time, for ever.
 ///

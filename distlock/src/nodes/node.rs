@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::mpsc;
 
-use crate::algorithm::{HoldId, ServerQuirks};
+use crate::algorithm::ServerQuirks;
 use crate::conn::sentinel::SentinelSettings;
 use crate::conn::{Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
@@ -369,7 +369,7 @@ impl Node {
         })
     }
 
-    /// The connection for the commands of the hold `id`: all of them (its attempts, its
+    /// The connection for the commands of a hold taken on `lane` (see `LockContext::lane`): all of them (its attempts, its
     /// release, the give-back of an abandoned attempt) travel on one connection, so they
     /// reach the server in the order they were sent, as on a client with one connection.
     /// Holds of different tasks spread over the lanes, so that many tasks locking at once
@@ -377,10 +377,10 @@ impl Node {
     /// (`conn`, also `lanes[0]`) is left to the subscriptions, the watchdog's batches and
     /// inspection whenever there is another: no acquisition waits behind a batch of
     /// renewals, and a lost subscriptions' connection costs no attempt (`Notifier::rejoins`).
-    pub(crate) fn lane(&self, id: &HoldId) -> Conn {
+    pub(crate) fn lane(&self, lane: u32) -> Conn {
         match self.lanes.len() {
             0 | 1 => self.conn.clone(),
-            n => self.lanes[1 + id.lane as usize % (n - 1)].clone(),
+            n => self.lanes[1 + lane as usize % (n - 1)].clone(),
         }
     }
 

@@ -85,7 +85,7 @@ impl Nodes {
     /// The connection of a single-node client for the commands of the hold `id` (see
     /// [`Node::lane`]).
     fn single(&self, id: &HoldId) -> Option<Conn> {
-        (!self.is_quorum()).then(|| self.nodes[0].lane(id))
+        (!self.is_quorum()).then(|| self.nodes[0].lane(id.lane))
     }
 
     /// Runs `op` on every node at once (untrusted nodes answer with an error unless
