@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::majority::Majority;
+
 /// What the library was doing when Redis failed; carried by [`Error::Redis`] so a log line
 /// says whether a lock may still be held (a failed release) or was never taken (a failed acquire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,7 +266,8 @@ impl Error {
                 ..
             } => {
                 let refusing = errors.iter().filter(|e| !e.retryable).count();
-                refusing <= nodes.saturating_sub(*needed)
+                debug_assert_eq!(Majority::of(*nodes).needed(), *needed);
+                !Majority::of(*nodes).out_of_reach(refusing)
             }
             Error::Redis { source, .. } => is_transient(source),
             _ => false,

@@ -169,6 +169,7 @@ mod inspect;
 mod key;
 mod lease;
 mod lock;
+mod majority;
 mod nodes;
 mod notify;
 mod probe;

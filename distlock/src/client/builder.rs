@@ -12,6 +12,7 @@ use crate::config::{
 use crate::conn::PushSink;
 use crate::error::{Error, NodeError};
 use crate::key;
+use crate::majority::Majority;
 use crate::nodes::{Node, NodeSettings, Nodes, Records};
 use crate::notify::Notifier;
 use crate::runtime::Shared;
@@ -284,7 +285,7 @@ impl ClientBuilder {
                 "{n} Redis URLs given: use one node, or a quorum of at least 3 independent masters"
             )));
         }
-        let quorum = n / 2 + 1;
+        let majority = Majority::of(n);
         let settings = NodeSettings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
@@ -317,12 +318,12 @@ impl ClientBuilder {
             if let Some(e) = failures.pop() {
                 return Err(e);
             }
-        } else if nodes.len() < n || n - failures.len() < quorum {
+        } else if nodes.len() < n || !majority.reached(n - failures.len()) {
             // Nodes down at start-up join once they answer, but a majority must answer now.
             return Err(Error::QuorumNotReached {
                 key: "(connect)".into(),
                 acked: n - failures.len(),
-                needed: quorum,
+                needed: majority.needed(),
                 nodes: n,
                 errors: failures
                     .into_iter()
@@ -340,7 +341,7 @@ impl ClientBuilder {
         let nodes = Arc::new(Nodes {
             records: Records::new(&self.prefix, nodes.len()),
             nodes,
-            quorum,
+            majority,
             node_timeout,
             listeners: channels.clone(),
         });
@@ -404,7 +405,7 @@ impl ClientBuilder {
         };
         let nodes = Arc::new(Nodes {
             nodes: vec![node],
-            quorum: 1,
+            majority: Majority::of(1),
             node_timeout: self.response_timeout,
             listeners: channels.clone(),
             records: Records::new(&self.prefix, 1),

@@ -42,6 +42,7 @@ use crate::error::{Error, NodeError};
 
 use crate::identity;
 use crate::key::{Kind, LockKey};
+use crate::majority::Majority;
 pub(crate) use node::{until_answered, Node, NodeSettings};
 pub(crate) use records::Records;
 
@@ -56,7 +57,7 @@ static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
 pub(crate) struct Nodes {
     pub(crate) nodes: Vec<Node>,
     /// How many must agree: 1 for a single node, N/2 + 1 for a quorum.
-    pub(crate) quorum: usize,
+    pub(crate) majority: Majority,
     /// Bound on one node's answer inside a quorum operation.
     pub(crate) node_timeout: Duration,
     /// This client's waiters: a release publishes for them even where no waiter marked the
@@ -205,15 +206,15 @@ impl Nodes {
             // A majority decided: the stragglers cannot change the outcome. Their requests
             // are dropped, not waited for: one that reached its node took the lock there,
             // and every release goes to all nodes.
-            if granted.len() >= self.quorum || busy.len() >= self.quorum {
+            if self.majority.reached(granted.len()) || self.majority.reached(busy.len()) {
                 break;
             }
         }
         drop(answers);
-        if granted.len() >= self.quorum && !ask.fencing {
+        if self.majority.reached(granted.len()) && !ask.fencing {
             return Ok(Attempt::Acquired { fence: None });
         }
-        if granted.len() >= self.quorum {
+        if self.majority.reached(granted.len()) {
             match self.raise_fences(key, &granted).await {
                 Ok(fence) => return Ok(Attempt::Acquired { fence: Some(fence) }),
                 Err(e) => errors.push(e),
@@ -231,7 +232,7 @@ impl Nodes {
             let jitter = rand::random_range(Duration::ZERO..=self.node_timeout / 2);
             tokio::time::sleep(jitter).await;
         }
-        if granted.len() + busy.len() >= self.quorum {
+        if self.majority.reached(granted.len() + busy.len()) {
             // The lock is held elsewhere; wait for the earliest lease to end.
             let holder_ttl = busy.iter().flatten().min().copied();
             return Ok(Attempt::Busy { holder_ttl });
@@ -239,8 +240,8 @@ impl Nodes {
         Err(Error::QuorumNotReached {
             key: key.name().to_owned(),
             acked: granted.len(),
-            needed: self.quorum,
-            nodes: self.nodes.len(),
+            needed: self.majority.needed(),
+            nodes: self.majority.nodes(),
             errors,
         })
     }
@@ -278,7 +279,7 @@ impl Nodes {
             .into_iter()
             .filter(|&ok| ok)
             .count();
-        if granted.len() - behind.len() + raised >= self.quorum {
+        if self.majority.reached(granted.len() - behind.len() + raised) {
             Ok(token)
         } else {
             Err(NodeError {
@@ -346,7 +347,7 @@ impl Nodes {
     }
 
     /// Renews the hold on every trusted node. The lease a majority now holds (see
-    /// [`majority_lease`]) when a majority renewed it, `None` when it could not; returns as
+    /// [`Majority::least_agreed`]) when a majority renewed it, `None` when it could not; returns as
     /// soon as the answers decide, the other renewals finishing on their own (see
     /// [`release`](Self::release)).
     pub(crate) async fn extend(
@@ -386,7 +387,7 @@ impl Nodes {
                 Ok(None) => no += 1,
                 Err(e) => errors.push(e),
             }
-            if yes.len() >= self.quorum || no > self.nodes.len() - self.quorum {
+            if self.majority.reached(yes.len()) || self.majority.out_of_reach(no) {
                 break;
             }
         }
@@ -400,31 +401,20 @@ impl Nodes {
                 Err(_) => answers.for_each(|_| async {}).await,
             }
         }
-        if yes.len() >= self.quorum {
-            return Ok(Some(majority_lease(&mut yes, self.quorum)));
+        if let Some(lease) = self.majority.least_agreed(&mut yes) {
+            return Ok(Some(lease));
         }
-        if no > self.nodes.len() - self.quorum {
+        if self.majority.out_of_reach(no) {
             return Ok(None);
         }
         Err(Error::QuorumNotReached {
             key: key.name().to_owned(),
             acked: yes.len(),
-            needed: self.quorum,
-            nodes: self.nodes.len(),
+            needed: self.majority.needed(),
+            nodes: self.majority.nodes(),
             errors,
         })
     }
-}
-
-/// How long a majority keeps a lease, given what each node that renewed it holds: the
-/// `quorum`-th longest (the lock is held while a majority holds it).
-pub(crate) fn majority_lease(leases: &mut [Duration], quorum: usize) -> Duration {
-    leases.sort_unstable_by(|a, b| b.cmp(a));
-    leases
-        .get(quorum.saturating_sub(1))
-        .or(leases.last())
-        .copied()
-        .unwrap_or_default()
 }
 
 /// One node's answer to one request: bounded by the per-node timeout; a node not counted now

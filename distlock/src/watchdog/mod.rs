@@ -39,6 +39,7 @@ use crate::algorithm::{Algorithm, HoldId};
 use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::{valid_until, LeaseState};
+use crate::majority::Majority;
 use crate::nodes::Nodes;
 use crate::sync::lock;
 
@@ -348,7 +349,7 @@ impl Table {
     /// sent before this one started) is queued on it again.
     fn record(
         &mut self,
-        quorum: usize,
+        majority: Majority,
         i: usize,
         chunk: &[Due],
         sent: Instant,
@@ -369,7 +370,7 @@ impl Table {
                 Some(Some(_)) | None => {}
                 Some(None) => on.refused = true,
             }
-            if !e.judge(quorum) {
+            if !e.judge(majority) {
                 self.entries.remove(&d.id);
                 continue;
             }
@@ -395,10 +396,9 @@ impl Entry {
     /// request for a majority to be left, and goes on meanwhile (the failed nodes asked again)
     /// until it succeeds, the next one starts, or the lease runs out. A node that is only
     /// slow is waited for: its answer, however late, still proves the lease.
-    fn judge(&mut self, quorum: usize) -> bool {
-        let n = self.on.len();
+    fn judge(&mut self, majority: Majority) -> bool {
         let refused = self.on.iter().filter(|on| on.refused).count();
-        if refused > n - quorum {
+        if majority.out_of_reach(refused) {
             self.watch.lease.declare_lost();
             return false;
         }
@@ -408,9 +408,9 @@ impl Entry {
             .filter(|on| !on.refused)
             .filter_map(|on| on.proof)
             .collect();
-        if proofs.len() >= quorum {
+        if majority.reached(proofs.len()) {
             proofs.sort_unstable_by_key(|&(sent, lease)| Reverse(valid_until(sent, lease)));
-            let (mut sent, mut lease) = proofs[quorum - 1];
+            let (mut sent, mut lease) = proofs[majority.needed() - 1];
             if let Some(basis) = self.basis.filter(|&basis| sent < basis) {
                 // The majority's end went back (a node that proved a later one refused since):
                 // the lease keeps to the latest-sent renewal it was given, so give it this end
@@ -429,13 +429,13 @@ impl Entry {
         };
         let started = round.started;
         let proved = |on: &OnNode| !on.refused && on.proof.is_some_and(|(at, _)| at >= started);
-        if self.on.iter().filter(|on| proved(on)).count() >= quorum {
+        if majority.reached(self.on.iter().filter(|on| proved(on)).count()) {
             self.round = None;
             self.due = started + self.watch.period;
             return true;
         }
         let able = self.on.iter().filter(|on| !(on.refused || on.failing));
-        if !round.warned && able.count() < quorum {
+        if !round.warned && !majority.reached(able.count()) {
             round.warned = true;
             self.watch.lease.labels.renewal_failed();
         }
@@ -507,20 +507,20 @@ mod tests {
         let mut e = entry(3, t);
         let ms = Duration::from_millis;
         proves(&mut e, 0, t + ms(30));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(
             near(e.watch.lease.valid_until(), valid_until(t, TTL)),
             "one node proves nothing"
         );
         proves(&mut e, 2, t + ms(10));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(near(
             e.watch.lease.valid_until(),
             valid_until(t + ms(10), TTL)
         ));
         // A late answer to a renewal sent before the last one counts all the same.
         proves(&mut e, 1, t + ms(20));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(near(
             e.watch.lease.valid_until(),
             valid_until(t + ms(20), TTL)
@@ -535,19 +535,19 @@ mod tests {
         proves(&mut e, 0, t + ms(1));
         proves(&mut e, 1, t + ms(500));
         proves(&mut e, 2, t + ms(500));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(near(
             e.watch.lease.valid_until(),
             valid_until(t + ms(500), TTL)
         ));
         // Node 2's hold is gone: only nodes 0 and 1 hold it, until node 0's lease ends.
         refuses(&mut e, 2);
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(e.watch.lease.valid_until() <= valid_until(t + ms(1), TTL) + ms(1));
         assert!(e.watch.lease.is_valid());
         // A second refusal leaves no majority.
         refuses(&mut e, 1);
-        assert!(!e.judge(2));
+        assert!(!e.judge(Majority::of(3)));
         assert!(!e.watch.lease.is_valid());
     }
 
@@ -564,18 +564,18 @@ mod tests {
         // Answers to an earlier renewal do not decide this one.
         proves(&mut e, 0, t + ms(50));
         proves(&mut e, 1, t + ms(50));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(e.round.as_ref().is_some_and(|r| !r.warned));
         proves(&mut e, 0, round + ms(1));
         // One node failing leaves a majority that may still answer.
         e.on[1].failing = true;
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(e.round.as_ref().is_some_and(|r| !r.warned));
         refuses(&mut e, 2);
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(e.round.as_ref().is_some_and(|r| r.warned), "failed, logged");
         proves(&mut e, 1, round + ms(60));
-        assert!(e.judge(2));
+        assert!(e.judge(Majority::of(3)));
         assert!(e.round.is_none(), "succeeded");
         assert_eq!(e.due, round + TTL / 3);
     }

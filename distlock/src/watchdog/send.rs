@@ -42,7 +42,7 @@ pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
         let failed = replies.iter().any(Option::is_none);
         shared
             .table()
-            .record(nodes.quorum, i, &chunk, sent, replies);
+            .record(nodes.majority, i, &chunk, sent, replies);
         if failed {
             tokio::time::sleep(RETRY_AFTER).await;
         }
