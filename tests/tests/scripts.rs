@@ -365,7 +365,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
 async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_strings() {
     let server = RedisServer::start();
     let mut c = server.async_connection().await;
-    let raise = script(&["fence.lua", "quorum/raise_fence.lua"]);
+    let raise = script(&["fence.lua", "nodes/raise_fence.lua"]);
     let (lock, fence, forced) = (
         "distlock:{q}",
         "distlock:#fence:{q}",

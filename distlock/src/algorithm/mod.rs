@@ -23,15 +23,18 @@
 //! renewals are refused instead of freeing or prolonging a hold that is not its own.
 
 mod acquire;
+mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind};
+use redis::Cmd;
 
 use crate::error::{Error, Op};
+
 use crate::key::{Kind, LockKey};
+pub(crate) use script::{evalsha, invoke, is_noscript, with_body, Lua};
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use acquire::parse_acquire;
@@ -75,34 +78,6 @@ pub(crate) struct Algorithm {
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
     pub(crate) extend: Lua,
-}
-
-/// A script and its source: sent by hash, and by source where the server lacks it.
-pub(crate) struct Lua {
-    script: Script,
-    code: &'static str,
-}
-
-impl Lua {
-    pub(crate) fn new(code: &'static str) -> Lua {
-        Lua {
-            script: Script::new(code),
-            code,
-        }
-    }
-
-    /// The script's source, for `SCRIPT LOAD` on a server that lacks it.
-    pub(crate) fn source(&self) -> &'static str {
-        self.code
-    }
-}
-
-impl std::ops::Deref for Lua {
-    type Target = Script;
-
-    fn deref(&self) -> &Script {
-        &self.script
-    }
 }
 
 /// How a mode names the owner of a hold.
@@ -223,45 +198,6 @@ impl Algorithm {
         let cmd = self.extend_cmd(key, id, ttl_ms);
         self.send_extend(conn, key, &cmd).await
     }
-}
-
-/// `EVALSHA <sha> <numkeys>`, with room for `args` more arguments of about `bytes` in all.
-/// Built directly rather than through `redis::Script::key/arg`, which copies every argument
-/// into a vector of its own and then again into the command: about a dozen allocations per
-/// call on the hot path, for nothing.
-fn evalsha(script: &Lua, numkeys: usize, args: usize, bytes: usize) -> Cmd {
-    let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
-    cmd
-}
-
-/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` sends the script itself
-/// ([`with_body`]), which also caches it on that server for the next `EVALSHA`.
-async fn invoke<C: ConnectionLike, T: FromRedisValue>(
-    script: &Lua,
-    cmd: &Cmd,
-    conn: &mut C,
-) -> redis::RedisResult<T> {
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            with_body(script, cmd).query_async(conn).await
-        }
-        other => other,
-    }
-}
-
-/// The `EVALSHA <sha> ...` command `cmd` as `EVAL <script> ...`. Routed like the `EVALSHA`
-/// (by its first key), so on a Redis Cluster it reaches exactly the server that lacked the
-/// script, where a `SCRIPT LOAD` would go to every node and fail while any one is down.
-pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(script.code);
-    for arg in cmd.args_iter().skip(2) {
-        if let redis::Arg::Simple(bytes) = arg {
-            eval.arg(bytes);
-        }
-    }
-    eval
 }
 
 /// An extend script's reply: the remaining lease in ms, or 0 when not held.

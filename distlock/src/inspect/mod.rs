@@ -10,8 +10,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Script, Value};
+use redis::Value;
 
+use crate::algorithm::{evalsha, invoke, Lua};
 use crate::client::Client;
 use crate::error::{Error, Op};
 use crate::identity::{self, Described};
@@ -19,10 +20,10 @@ use crate::key::{name_of, Kind, LockKey};
 use crate::nodes::records;
 use crate::telemetry;
 
-static INSPECT: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("inspect.lua")));
-static FORCE_UNLOCK: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+static INSPECT: std::sync::LazyLock<Lua> =
+    std::sync::LazyLock::new(|| Lua::new(include_str!("inspect.lua")));
+static FORCE_UNLOCK: std::sync::LazyLock<Lua> =
+    std::sync::LazyLock::new(|| Lua::new(include_str!("force_unlock.lua")));
 
 /// How long the record of a forced unlock is kept beside the lock.
 pub const FORCED_RECORD_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -159,12 +160,11 @@ impl Client {
         let mut first: Option<Result<LockInfo, Error>> = None;
         for node in &self.inner().nodes.nodes {
             let mut conn = node.conn.clone();
-            let reply: Result<Value, _> = INSPECT
-                .key(key.lock())
-                .key(key.helper_arg(Kind::Fence))
-                .key(key.helper_arg(Kind::Forced))
-                .invoke_async(&mut conn)
-                .await;
+            let mut cmd = evalsha(&INSPECT, 3, 3, 3 * key.lock().len() + 32);
+            cmd.arg(key.lock())
+                .arg(key.helper_arg(Kind::Fence))
+                .arg(key.helper_arg(Kind::Forced));
+            let reply: Result<Value, _> = invoke(&INSPECT, &cmd, &mut conn).await;
             let mut info = reply
                 .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
                 .and_then(|v| parse_info(&key, v));
@@ -211,16 +211,20 @@ impl Client {
         for node in &self.inner().nodes.nodes {
             let mut conn = node.conn.clone();
             let sharded = if node.conn.sharded() { "s" } else { "" };
-            let reply: Result<Value, _> = FORCE_UNLOCK
-                .key(key.lock())
-                .key(key.helper_arg(Kind::Forced))
+            let mut cmd = evalsha(
+                &FORCE_UNLOCK,
+                2,
+                7,
+                2 * key.lock().len() + reason.len() + 256,
+            );
+            cmd.arg(key.lock())
+                .arg(key.helper_arg(Kind::Forced))
                 .arg(reason)
                 .arg(&by)
                 .arg(FORCED_RECORD_KEPT.as_millis() as u64)
                 .arg(&wake)
-                .arg(sharded)
-                .invoke_async(&mut conn)
-                .await;
+                .arg(sharded);
+            let reply: Result<Value, _> = invoke(&FORCE_UNLOCK, &cmd, &mut conn).await;
             match reply {
                 Ok(Value::Array(items)) => match items.first() {
                     Some(Value::Int(1)) => {

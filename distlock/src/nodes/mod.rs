@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::algorithm::{Algorithm, Ask, Attempt, HoldId};
+use crate::algorithm::{evalsha, invoke, Algorithm, Ask, Attempt, HoldId, Lua};
 use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, NodeError};
@@ -46,8 +46,8 @@ use crate::majority::Majority;
 pub(crate) use node::{until_answered, Node, NodeSettings};
 pub(crate) use records::Records;
 
-static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(concat!(
+static RAISE_FENCE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../fence.lua"),
         include_str!("raise_fence.lua")
     ))
@@ -268,9 +268,9 @@ impl Nodes {
             let fence_key = &fence_key;
             async move {
                 let mut conn = node.commands();
-                let mut raise = RAISE_FENCE.key(fence_key);
-                raise.arg(token.to_string());
-                let call = raise.invoke_async::<u64>(&mut conn);
+                let mut raise = evalsha(&RAISE_FENCE, 1, 1, fence_key.len() + 20);
+                raise.arg(fence_key).arg(token.to_string());
+                let call = invoke::<_, u64>(&RAISE_FENCE, &raise, &mut conn);
                 matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token)
             }
         });

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::send::{answer, noscript};
-use super::{dedup_algorithms, Due, NodeReplies};
+use super::send::answer;
+use super::{renewals, Due, NodeReplies};
+use crate::algorithm::is_noscript;
 use crate::conn::{Conn, SlotOwners};
 
 /// Renews a chunk on a Redis Cluster: one pipeline per master, all at once (a pipeline goes
@@ -42,12 +43,8 @@ pub(super) async fn renew(
     let misrouted = &misrouted;
     let per_group = groups.into_iter().map(|(target, indices)| async move {
         let mut conn = conn.clone();
-        let send = |conn: &mut Conn, indices: &[usize]| {
-            let mut pipe = redis::Pipeline::with_capacity(indices.len());
-            for &i in indices {
-                let d = &chunk[i];
-                pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
-            }
+        let send = |conn: &mut Conn, indices: &[usize], with_source: bool| {
+            let pipe = renewals(chunk, indices, with_source);
             let mut conn = conn.clone();
             let target = &target;
             async move {
@@ -57,34 +54,18 @@ pub(super) async fn renew(
                 }
             }
         };
-        let Ok(mut values) = send(&mut conn, &indices).await else {
+        let Ok(mut values) = send(&mut conn, &indices, false).await else {
             misrouted.store(true, Ordering::Relaxed);
             return indices.into_iter().map(|i| (i, None)).collect::<Vec<_>>();
         };
         // A master that never ran the extend script (only acquisitions so far), or a promoted
-        // replica, answers NOSCRIPT: load the scripts there once and send those again together.
+        // replica, answers NOSCRIPT: those renewals again, together, as `EVAL`s.
         let missing: Vec<usize> = (0..indices.len())
-            .filter(|&k| noscript(&values[k]))
+            .filter(|&k| is_noscript(&values[k]))
             .collect();
         if !missing.is_empty() {
-            let algorithms = dedup_algorithms(
-                missing
-                    .iter()
-                    .map(|&k| chunk[indices[k]].algorithm)
-                    .collect(),
-            );
-            let mut load = redis::Pipeline::new();
-            for algorithm in algorithms {
-                load.cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(algorithm.extend.source());
-            }
-            let loaded = match &target {
-                Target::Master(host, port) => conn.pipeline_to_node(&load, host, *port).await,
-                Target::Slot(slot) => conn.pipeline_to_slot(&load, *slot).await,
-            };
             let again: Vec<usize> = missing.iter().map(|&k| indices[k]).collect();
-            if let (Ok(_), Ok(retried)) = (loaded, send(&mut conn, &again).await) {
+            if let Ok(retried) = send(&mut conn, &again, true).await {
                 for (&k, value) in missing.iter().zip(retried) {
                     values[k] = value;
                 }

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::algorithm::{Algorithm, HoldId};
+use crate::algorithm::{with_body, Algorithm, HoldId};
 use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::{valid_until, LeaseState};
@@ -443,10 +443,20 @@ impl Entry {
     }
 }
 
-fn dedup_algorithms(mut algorithms: Vec<&'static Algorithm>) -> Vec<&'static Algorithm> {
-    algorithms.sort_by_key(|a| *a as *const Algorithm as usize);
-    algorithms.dedup_by_key(|a| *a as *const Algorithm as usize);
-    algorithms
+/// The renewals of `chunk` at `indices`, as one pipeline. `with_source`: each as `EVAL` with
+/// the script's source, for a server that answered `NOSCRIPT` (see `algorithm::script`).
+fn renewals(chunk: &[Due], indices: &[usize], with_source: bool) -> redis::Pipeline {
+    let mut pipe = redis::Pipeline::with_capacity(indices.len());
+    for &i in indices {
+        let d = &chunk[i];
+        let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
+        pipe.add_command(if with_source {
+            with_body(&d.algorithm.extend, &cmd)
+        } else {
+            cmd
+        });
+    }
+    pipe
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{cluster, dedup_algorithms, Due, NodeReplies, Shared};
+use super::{cluster, renewals, Due, NodeReplies, Shared};
 
 /// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
-use crate::algorithm::renewed_lease;
+use crate::algorithm::{is_noscript, renewed_lease};
 use crate::conn::Conn;
 use crate::nodes::{Node, Nodes};
 
@@ -50,9 +50,8 @@ pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
 }
 
 /// Renews `chunk` on one node: one pipeline, and where the server lacks the extend script (a
-/// fresh or restarted server has only the scripts it ran), a second one that loads it and
-/// sends those renewals again, so that a missing script costs a round trip, not a failed
-/// renewal.
+/// fresh or restarted server has only the scripts it ran), a second one with those renewals
+/// as `EVAL`s, so that a missing script costs a round trip, not a failed renewal.
 async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
     if let Conn::Cluster(_) = node.conn {
         let (replies, pipelines) = cluster::renew(&node.conn, chunk, &shared.slot_owners).await;
@@ -60,12 +59,9 @@ async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
         return replies;
     }
     let mut conn = node.conn.clone();
-    let mut pipe = redis::Pipeline::with_capacity(chunk.len());
-    for d in chunk {
-        pipe.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
-    }
+    let all: Vec<usize> = (0..chunk.len()).collect();
     shared.round_trips.fetch_add(1, Ordering::Relaxed);
-    let Ok(mut values) = pipe
+    let Ok(mut values) = renewals(chunk, &all, false)
         .ignore_errors()
         .query_async::<Vec<Value>>(&mut conn)
         .await
@@ -73,24 +69,11 @@ async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
         return vec![None; chunk.len()];
     };
     let missing: Vec<usize> = (0..values.len().min(chunk.len()))
-        .filter(|&k| noscript(&values[k]))
+        .filter(|&k| is_noscript(&values[k]))
         .collect();
     if !missing.is_empty() {
-        let algorithms = dedup_algorithms(missing.iter().map(|&k| chunk[k].algorithm).collect());
-        let mut again = redis::Pipeline::with_capacity(algorithms.len() + missing.len());
-        for algorithm in &algorithms {
-            again
-                .cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(algorithm.extend.source())
-                .ignore();
-        }
-        for &k in &missing {
-            let d = &chunk[k];
-            again.add_command(d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms));
-        }
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
-        if let Ok(retried) = again
+        if let Ok(retried) = renewals(chunk, &missing, true)
             .ignore_errors()
             .query_async::<Vec<Value>>(&mut conn)
             .await
@@ -112,8 +95,4 @@ pub(super) fn answer(value: Value) -> Option<Option<Duration>> {
         Value::Int(ms) => Some(renewed_lease(ms)),
         _ => None,
     }
-}
-
-pub(super) fn noscript(value: &Value) -> bool {
-    matches!(value, Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript))
 }

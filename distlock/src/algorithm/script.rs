@@ -1,0 +1,75 @@
+//! Sending scripts, and the one way a server that lacks one (freshly started, restarted, a
+//! promoted replica, `SCRIPT FLUSH`) gets it: the command answered `NOSCRIPT` is sent again as
+//! `EVAL` with the script's source, which also caches it there. Routed like the `EVALSHA` (by
+//! its first key), so on a Redis Cluster it reaches exactly the server that lacked the script,
+//! where a `SCRIPT LOAD` would go to every node and fail while any one is down.
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
+
+/// A script and its source: sent by hash, and by source where the server lacks it.
+pub(crate) struct Lua {
+    script: Script,
+    code: &'static str,
+}
+
+impl Lua {
+    pub(crate) fn new(code: &'static str) -> Lua {
+        Lua {
+            script: Script::new(code),
+            code,
+        }
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// `EVALSHA <sha> <numkeys>`, with room for `args` more arguments of about `bytes` in all.
+/// Built directly rather than through `redis::Script::key/arg`, which copies every argument
+/// into a vector of its own and then again into the command: about a dozen allocations per
+/// call on the hot path, for nothing.
+pub(crate) fn evalsha(script: &Lua, numkeys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// Sends an `EVALSHA` built by [`evalsha`]; on `NOSCRIPT` sends the script itself
+/// ([`with_body`]), which also caches it on that server for the next `EVALSHA`.
+pub(crate) async fn invoke<C: ConnectionLike, T: FromRedisValue>(
+    script: &Lua,
+    cmd: &Cmd,
+    conn: &mut C,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            with_body(script, cmd).query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// The `EVALSHA <sha> ...` command `cmd` as `EVAL <script> ...`. Routed like the `EVALSHA`
+/// (by its first key), so on a Redis Cluster it reaches exactly the server that lacked the
+/// script, where a `SCRIPT LOAD` would go to every node and fail while any one is down.
+pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script.code);
+    for arg in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
+}
+
+/// True when a reply says the server lacks the script it was asked to run.
+pub(crate) fn is_noscript(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
