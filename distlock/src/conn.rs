@@ -25,6 +25,8 @@ mod subscriptions;
 pub(crate) mod url;
 mod wire;
 
+use std::time::Duration;
+
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
@@ -79,6 +81,40 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// redis-rs's `ConnectionManager` settings, as every connection of this crate that uses one
+/// takes them: the client's timeouts, and a reconnection that is quick after a restart but
+/// never spins (at most 1 s between tries).
+pub(crate) fn manager_config(
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout))
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_secs(1))
+}
+
+/// What a request or a connection that took too long is told: an I/O timeout, which callers
+/// treat as transient.
+pub(crate) fn no_answer_within(limit: Duration) -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {limit:?}"),
+    )
+    .into()
+}
+
+/// `future`, or [`no_answer_within`] `limit`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    future: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| Err(no_answer_within(limit)))
+}
+
 impl Conn {
     /// The connections to a node over TLS or a Unix socket, which [`link`] does not speak:
     /// `lanes` redis-rs `ConnectionManager`s, the first with the push sink and the
@@ -88,18 +124,13 @@ impl Conn {
     /// error.
     pub(crate) async fn managers(
         client: &redis::Client,
-        timeouts: (std::time::Duration, std::time::Duration),
+        timeouts: (Duration, Duration),
         lanes: usize,
         on_push: PushSink,
         lazy_if_down: bool,
     ) -> RedisResult<(Vec<Conn>, Option<redis::RedisError>)> {
         let (connect_timeout, response_timeout) = timeouts;
-        let plain = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout))
-            // Reconnect quickly after a restart, but never spin: at most 1 s between tries.
-            .set_min_delay(std::time::Duration::from_millis(10))
-            .set_max_delay(std::time::Duration::from_secs(1));
+        let plain = manager_config(connect_timeout, response_timeout);
         let first = plain
             .clone()
             .set_push_sender(move |push: redis::PushInfo| {
@@ -111,16 +142,7 @@ impl Conn {
         let connecting = (0..lanes).map(|lane| {
             let config = if lane == 0 { &first } else { &plain };
             let connecting = ConnectionManager::new_with_config(client.clone(), config.clone());
-            async move {
-                match tokio::time::timeout(connect_timeout, Box::pin(connecting)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer within {connect_timeout:?}"),
-                    )
-                    .into()),
-                }
-            }
+            within(connect_timeout, Box::pin(connecting))
         });
         let opened: RedisResult<Vec<ConnectionManager>> =
             futures_util::future::join_all(connecting)
@@ -222,7 +244,7 @@ pub(crate) struct SlotOwners {
 impl SlotOwners {
     /// A map older than this is read again before use: topology changes that caused no
     /// error yet (a failover between two ticks) are noticed within it.
-    const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(5);
+    const MAX_AGE: Duration = Duration::from_secs(5);
 
     pub(crate) fn needs_reading(&self) -> bool {
         self.stale || self.read_at.is_none_or(|t| t.elapsed() > Self::MAX_AGE)

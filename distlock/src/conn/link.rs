@@ -143,11 +143,7 @@ impl Link {
     /// The error a caller gets for a failed request.
     pub(super) fn failure(&self, kind: io::ErrorKind) -> RedisError {
         if kind == io::ErrorKind::TimedOut {
-            return io::Error::new(
-                kind,
-                format!("no answer within {:?}", self.shared.response_timeout),
-            )
-            .into();
+            return super::no_answer_within(self.shared.response_timeout);
         }
         failure(kind)
     }
@@ -162,16 +158,7 @@ impl Link {
             return Ok(wire);
         }
         let shared = &self.shared;
-        let wire = match tokio::time::timeout(shared.connect_timeout, shared.open()).await {
-            Ok(opened) => opened?,
-            Err(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no connection within {:?}", shared.connect_timeout),
-                )
-                .into())
-            }
-        };
+        let wire = super::within(shared.connect_timeout, shared.open()).await?;
         *lock(&shared.current) = Some(wire.clone());
         if shared.sink.is_some() {
             tokio::spawn(listener(wire.clone(), Arc::downgrade(shared)));

@@ -22,11 +22,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 
-use super::{Conn, Link, PushSink};
+use super::{manager_config, within, Conn, Link, PushSink};
 use crate::sync::lock;
 use redis::{
     AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo, PushKind,
@@ -343,21 +341,14 @@ async fn open(shared: &Arc<Shared>, info: redis::ConnectionInfo) -> RedisResult<
         .set_redis_settings(resp3)
         .set_tcp_settings(super::link::tcp_settings());
     let client = redis::Client::open(info)?;
-    let config = ConnectionManagerConfig::new()
+    let config = manager_config(connect_timeout, response_timeout)
         .set_push_sender(move |push: PushInfo| {
             on_push(push);
             Ok::<(), std::convert::Infallible>(())
         })
-        .set_automatic_resubscription()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout))
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_secs(1));
+        .set_automatic_resubscription();
     let connecting = ConnectionManager::new_with_config(client, config);
-    match tokio::time::timeout(connect_timeout, connecting).await {
-        Ok(result) => result.map(Conn::Single),
-        Err(_) => Err((redis::ErrorKind::Io, "no answer from the master").into()),
-    }
+    within(connect_timeout, connecting).await.map(Conn::Single)
 }
 
 /// Subscribes `channel` on the master's connection (or unsubscribes it). Not through

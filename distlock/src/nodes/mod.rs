@@ -37,7 +37,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::algorithm::{evalsha, invoke, Algorithm, Ask, Attempt, HoldId, Lua};
 use crate::config::Replicas;
-use crate::conn::Conn;
+use crate::conn::{no_answer_within, Conn};
 use crate::error::{Error, NodeError};
 
 use crate::identity;
@@ -439,6 +439,6 @@ async fn ask<T>(
     match tokio::time::timeout(node_timeout, call).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(fail(e.to_string(), e.is_retryable())),
-        Err(_) => Err(fail(format!("no answer within {node_timeout:?}"), true)),
+        Err(_) => Err(fail(no_answer_within(node_timeout).to_string(), true)),
     }
 }

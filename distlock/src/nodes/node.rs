@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use crate::algorithm::ServerQuirks;
 use crate::conn::sentinel::SentinelSettings;
-use crate::conn::{Conn, Link, PushSink, SentinelConn};
+use crate::conn::{within, Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
 
 use super::eviction::EvictionCheck;
@@ -282,19 +282,9 @@ impl Node {
             .build()
             .map_err(bad_url)?;
         let connecting = client.get_async_connection();
-        let conn = match tokio::time::timeout(settings.connect_timeout, connecting).await {
-            Ok(result) => result.map_err(|e| connect_error(&addr, e))?,
-            Err(_) => {
-                return Err(connect_error(
-                    &addr,
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer within {:?}", settings.connect_timeout),
-                    )
-                    .into(),
-                ))
-            }
-        };
+        let conn = within(settings.connect_timeout, connecting)
+            .await
+            .map_err(|e| connect_error(&addr, e))?;
         let mut conn = Conn::Cluster(conn);
         eviction.check(&mut conn).await?;
         Ok(Node {
