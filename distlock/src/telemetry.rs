@@ -90,7 +90,7 @@ impl Labels {
         waited: Duration,
         attempts: u32,
         fence: Option<u64>,
-        error: Option<&crate::Error>,
+        error: Option<&crate::error::Error>,
     ) {
         span.record("outcome", outcome.as_str());
         span.record("waited_ms", waited.as_millis() as u64);

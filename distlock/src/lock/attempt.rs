@@ -16,6 +16,7 @@ use crate::handoff::{Tenure, Terms, Transfer};
 use crate::identity::{self, Site};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
+use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, Outcome};
@@ -331,15 +332,15 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
         pending.armed = true;
         let answer = shared
             .nodes
-            .acquire(
-                plan.algorithm,
-                &plan.key,
-                &pending.hold.id,
-                plan.ttl_ms,
+            .acquire(AcquireAttempt {
+                algorithm: plan.algorithm,
+                key: &plan.key,
+                id: &pending.hold.id,
+                ttl_ms: plan.ttl_ms,
                 ask,
-                plan.replicas,
-                plan.site_number,
-            )
+                replicas: plan.replicas,
+                site: plan.site_number,
+            })
             .await;
         let (error, holder_ttl) = match answer {
             Ok(Attempt::Acquired { fence }) => {

@@ -75,6 +75,20 @@ pub(crate) trait Listeners: Send + Sync {
     fn listening(&self, key: &LockKey) -> bool;
 }
 
+/// One acquire attempt, as the nodes send it.
+pub(crate) struct AcquireAttempt<'a> {
+    pub(crate) algorithm: &'static Algorithm,
+    pub(crate) key: &'a LockKey,
+    /// The acquisition the attempt belongs to.
+    pub(crate) id: &'a HoldId,
+    pub(crate) ttl_ms: u64,
+    pub(crate) ask: Ask,
+    /// Replica acknowledgement (never on a quorum).
+    pub(crate) replicas: Option<Replicas>,
+    /// The call site's number in this process, whose record the server must have first.
+    pub(crate) site: u32,
+}
+
 /// What one node said.
 type Answer<T> = Result<T, NodeError>;
 
@@ -139,17 +153,19 @@ impl Nodes {
 
     /// One acquire attempt on every node (with replica acknowledgement, on the one node: it
     /// is refused on a quorum before this is reached).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
-        &self,
-        algorithm: &'static Algorithm,
-        key: &LockKey,
-        id: &HoldId,
-        ttl_ms: u64,
-        ask: Ask,
-        replicas: Option<Replicas>,
-        site: u32,
+        self: &Arc<Self>,
+        attempt: AcquireAttempt<'_>,
     ) -> Result<Attempt, Error> {
+        let AcquireAttempt {
+            algorithm,
+            key,
+            id,
+            ttl_ms,
+            ask,
+            replicas,
+            site,
+        } = attempt;
         if self.records.lacks(site) {
             // Before the first hold from a call site: the record that names it.
             // It goes on the acquisition's own connection (a single node's lane), so it
@@ -203,13 +219,17 @@ impl Nodes {
                 Ok(Attempt::Busy { holder_ttl }) => busy.push(holder_ttl),
                 Err(e) => errors.push(e),
             }
-            // A majority decided: the stragglers cannot change the outcome. Their requests
-            // are dropped, not waited for: one that reached its node took the lock there,
-            // and every release goes to all nodes.
+            // A majority decided: the stragglers cannot change the outcome, and are not
+            // waited for.
             if self.majority.reached(granted.len()) || self.majority.reached(busy.len()) {
                 break;
             }
         }
+        // The stragglers' requests are dropped, not waited for: one that was written reaches
+        // its node all the same (the connection writes a dropped caller's bytes), and every
+        // release goes to all nodes, after it on the same connection. Not left to finish
+        // either: a follow-up it might send (the script after `NOSCRIPT`, or after a plain
+        // `SET`'s reply) could reach its node after the release and take the lock there.
         drop(answers);
         if self.majority.reached(granted.len()) && !ask.fencing {
             return Ok(Attempt::Acquired { fence: None });
@@ -391,16 +411,7 @@ impl Nodes {
                 break;
             }
         }
-        if !answers.is_empty() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(answers.for_each(|_| async {}));
-                }
-                // No runtime to hand them to (cannot happen inside `async` code run by Tokio):
-                // wait for them here rather than drop them.
-                Err(_) => answers.for_each(|_| async {}).await,
-            }
-        }
+        finish_in_background(answers);
         if let Some(lease) = self.majority.least_agreed(&mut yes) {
             return Ok(Some(lease));
         }
@@ -414,6 +425,23 @@ impl Nodes {
             nodes: self.majority.nodes(),
             errors,
         })
+    }
+}
+
+/// Leaves the requests still on their way to finish in a task of their own (their answers
+/// can change nothing: the outcome was decided).
+fn finish_in_background<F>(answers: FuturesUnordered<F>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    if answers.is_empty() {
+        return;
+    }
+    // Inside `async` code run by Tokio there is always a runtime; without one the requests are
+    // dropped, and the releases that follow go to every node all the same.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(answers.for_each(|_| async {}));
     }
 }
 
