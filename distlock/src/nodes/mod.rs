@@ -26,6 +26,7 @@
 //! matters).
 
 mod eviction;
+mod health;
 pub(crate) mod node;
 pub(crate) mod records;
 
@@ -43,7 +44,8 @@ use crate::error::{Error, NodeError};
 use crate::identity;
 use crate::key::{Kind, LockKey};
 use crate::majority::Majority;
-pub(crate) use node::{until_answered, Node, NodeSettings};
+pub(crate) use health::until_answered;
+pub(crate) use node::{Node, NodeSettings};
 pub(crate) use records::Records;
 
 static RAISE_FENCE: LazyLock<Lua> = LazyLock::new(|| {
