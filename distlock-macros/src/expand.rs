@@ -286,7 +286,7 @@ fn spec(model: &LockModel) -> TokenStream {
     let min_hold = optional_duration(model.min_hold.as_ref().map(|min| min.value));
     let template = &model.key.lit;
     let fn_name = model.item.sig.ident.to_string();
-    let record_key = model.record_key;
+    let record_name = model.record_name;
     let fencing = model.fencing;
     let on_lost = match model.on_lost.value {
         OnLost::Cancel => quote!(Cancel),
@@ -304,7 +304,7 @@ fn spec(model: &LockModel) -> TokenStream {
             on_lost: #private::OnLost::#on_lost,
             template: #template,
             site: ::core::concat!(::core::module_path!(), "::", #fn_name),
-            record_key: #record_key,
+            record_name: #record_name,
             fencing: #fencing,
         }
     }

@@ -204,7 +204,7 @@ pub struct LockModel {
     pub min_hold: Option<Spanned<Duration>>,
     pub on_error: Spanned<OnError>,
     /// Record the rendered key in traces (off: only the template).
-    pub record_key: bool,
+    pub record_name: bool,
     /// Mint a fencing token with the lock (off: no token, a cheaper acquisition).
     pub fencing: bool,
     /// `client = <expr>`, evaluated in the fn's scope; `None` means the

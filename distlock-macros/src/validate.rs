@@ -98,7 +98,7 @@ fn validate(
         on_error: args
             .on_error
             .unwrap_or(Spanned::default_value(OnError::Return)),
-        record_key: args.record_key.is_some_and(|r| r.value),
+        record_name: args.record_name.is_some_and(|r| r.value),
         fencing: args.fencing.is_some_and(|f| f.value),
         client: args.client,
         map_err: args.map_err,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{Client, Error, LockInfo};
+use crate::{Client, Error, LockInfo, LockMode};
 
 /// How to use the command.
 pub const USAGE: &str = "\
@@ -172,7 +172,7 @@ pub fn describe(info: &LockInfo) -> String {
             unix_ms(f.at),
             f.by.replace('\t', " "),
             f.reason,
-            f.mode,
+            f.mode.map_or("an unknown mode", LockMode::as_str),
             f.previous_owner.split('\t').next().unwrap_or_default()
         );
     }

@@ -21,7 +21,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_PREFIX: &str = "distlock";
 /// Default longest lock name in bytes. Lock names are identifiers; a name this long is
 /// almost certainly a value pasted in by mistake (and every acquire would send it).
-pub const DEFAULT_MAX_KEY_LEN: usize = 8 * 1024;
+pub const DEFAULT_MAX_NAME_LEN: usize = 8 * 1024;
 /// Default number of connections of a single-node client (see [`ClientBuilder::connections`](crate::ClientBuilder::connections)):
 /// one for wake-ups, renewals and inspection, one for acquisitions (on plain TCP the
 /// acquisition connection is distlock's own, on which the calling tasks write and read the

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::majority::Majority;
+use crate::mode::LockMode;
 
 /// What the library was doing when Redis failed; carried by [`Error::Redis`] so a log line
 /// says whether a lock may still be held (a failed release) or was never taken (a failed acquire).
@@ -71,17 +72,17 @@ pub struct NodeError {
 #[non_exhaustive]
 pub enum Error {
     /// A single attempt (`wait` of zero) found the lock held by someone else.
-    #[error("lock `{key}` is held by another owner")]
+    #[error("lock `{name}` is held by another owner")]
     Busy {
         /// The lock's name.
-        key: String,
+        name: String,
     },
 
     /// The lock stayed busy for the whole wait.
-    #[error("lock `{key}` still busy after waiting {waited:?} ({attempts} attempts)")]
+    #[error("lock `{name}` still busy after waiting {waited:?} ({attempts} attempts)")]
     Timeout {
         /// The lock's name.
-        key: String,
+        name: String,
         /// How long the caller waited.
         waited: Duration,
         /// How many acquire attempts were sent.
@@ -96,27 +97,27 @@ pub enum Error {
     /// to its end (a locked fn whose body returned `Ok` after the loss returns this). It is not
     /// [retryable](Error::is_retryable): repeating a non-idempotent operation (a payment, a
     /// deposit) could apply it twice. Check what was done first.
-    #[error("lease on `{key}` was lost after holding it for {held_for:?}")]
+    #[error("lease on `{name}` was lost after holding it for {held_for:?}")]
     LeaseLost {
         /// The lock's name.
-        key: String,
+        name: String,
         /// How long the lock had been held when the loss was noticed.
         held_for: Duration,
     },
 
     /// A release or extension was refused because the lock is no longer ours (it expired and
     /// may have been taken by another owner, whose hold was left untouched).
-    #[error("lock `{key}` is not held by this owner (expired or taken over)")]
+    #[error("lock `{name}` is not held by this owner (expired or taken over)")]
     NotOwner {
         /// The lock's name.
-        key: String,
+        name: String,
     },
 
     /// Fewer than a majority of the quorum's nodes granted the request in time.
-    #[error("quorum not reached for `{key}`: {acked} of {needed} needed nodes agreed{}", fmt_node_errors(.errors))]
+    #[error("quorum not reached for `{name}`: {acked} of {needed} needed nodes agreed{}", fmt_node_errors(.errors))]
     QuorumNotReached {
         /// The lock's name.
-        key: String,
+        name: String,
         /// How many nodes granted the request.
         acked: usize,
         /// How many were needed (a majority).
@@ -129,26 +130,26 @@ pub enum Error {
 
     /// A non-reentrant lock was requested again by the task that already holds it; waiting
     /// would deadlock, so the request fails at once.
-    #[error("lock `{key}` is already held by this task and is not reentrant (use a reentrant lock to nest)")]
+    #[error("lock `{name}` is already held by this task and is not reentrant (use a reentrant lock to nest)")]
     Reentrant {
         /// The lock's name.
-        key: String,
+        name: String,
     },
 
     /// A task holding only the read lock asked for the write lock of the same name. Refused at
     /// once: two readers upgrading at the same time would each wait for the other forever.
-    #[error("lock `{key}` is held for reading by this task and cannot be upgraded to write: release the read lock first, or take the write lock from the start")]
+    #[error("lock `{name}` is held for reading by this task and cannot be upgraded to write: release the read lock first, or take the write lock from the start")]
     Upgrade {
         /// The lock's name.
-        key: String,
+        name: String,
     },
 
     /// The key holds a value that is not one of this library's locks (another type, or a plain
     /// string without expiry). It was left untouched.
-    #[error("a key of lock `{key}` holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)")]
+    #[error("a key of lock `{name}` holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)")]
     WrongType {
         /// The lock's name.
-        key: String,
+        name: String,
         /// What the key holds.
         found: String,
     },
@@ -156,21 +157,21 @@ pub enum Error {
     /// The name is held as a lock of another mode (a `setnx` lock asked for as `reentrant`, a
     /// read/write lock asked for as `setnx`, ...). One name is one lock of one mode: the modes
     /// keep different data under the key and cannot exclude each other. Nothing was changed.
-    #[error("lock `{key}` is in use as a {held_as} lock and was asked for as {requested}: one name must be used with one lock mode")]
+    #[error("lock `{name}` is in use as a {held_as} lock and was asked for as {requested}: one name must be used with one lock mode")]
     ModeConflict {
         /// The lock's name.
-        key: String,
+        name: String,
         /// The mode the name is held in.
-        held_as: String,
+        held_as: LockMode,
         /// The mode that was asked for.
-        requested: &'static str,
+        requested: LockMode,
     },
 
     /// The lock name cannot be used.
-    #[error("invalid lock name `{key}`: {reason}")]
-    InvalidKey {
+    #[error("invalid lock name `{name}`: {reason}")]
+    InvalidName {
         /// The lock's name (shortened).
-        key: String,
+        name: String,
         /// Why it was refused.
         reason: String,
     },
@@ -178,10 +179,10 @@ pub enum Error {
     /// Replica acknowledgement was asked for ([`Replicas`](crate::Replicas)) and fewer
     /// replicas than wanted confirmed the acquisition within the timeout. The acquisition was
     /// undone (released with its own id) before this was returned: the lock is not held.
-    #[error("lock `{key}`: {confirmed} of {wanted} replicas confirmed the acquisition within {timeout:?}; it was undone")]
+    #[error("lock `{name}`: {confirmed} of {wanted} replicas confirmed the acquisition within {timeout:?}; it was undone")]
     ReplicasNotConfirmed {
         /// The lock's name.
-        key: String,
+        name: String,
         /// How many replicas had to confirm.
         wanted: u32,
         /// How many did.
@@ -204,21 +205,21 @@ pub enum Error {
     NoClient,
 
     /// Redis failed or could not be reached.
-    #[error("redis error during {op}{}: {source}", fmt_key(.key))]
+    #[error("redis error during {op}{}: {source}", fmt_name(.name))]
     Redis {
         /// What was being done.
         op: Op,
         /// The lock's name, when the failure concerns one lock.
-        key: Option<String>,
+        name: Option<String>,
         /// The underlying error.
         #[source]
         source: redis::RedisError,
     },
 }
 
-fn fmt_key(key: &Option<String>) -> String {
-    key.as_ref()
-        .map(|k| format!(" of `{k}`"))
+fn fmt_name(name: &Option<String>) -> String {
+    name.as_ref()
+        .map(|n| format!(" of `{n}`"))
         .unwrap_or_default()
 }
 
@@ -239,7 +240,7 @@ impl Error {
     /// ran under the lock; trying again later may succeed.
     ///
     /// ```
-    /// let busy = distlock::Error::Busy { key: "order:42".into() };
+    /// let busy = distlock::Error::Busy { name: "order:42".into() };
     /// assert!(busy.is_contended() && busy.is_retryable());
     /// ```
     pub fn is_contended(&self) -> bool {
@@ -294,7 +295,7 @@ impl Error {
     /// `409 Conflict` for [contention](Self::is_contended) (nothing ran; the client may try
     /// again), `503 Service Unavailable` for [transient](Self::is_transient) failures (nothing
     /// ran; send `Retry-After`), `400 Bad Request` for a lock name the request made unusable
-    /// ([`Error::InvalidKey`]: names usually come from request data), and
+    /// ([`Error::InvalidName`]: names usually come from request data), and
     /// `500 Internal Server Error` for everything else, a lost lease included: its outcome is
     /// unknown, and a client must not repeat a non-idempotent request because of it.
     ///
@@ -305,7 +306,7 @@ impl Error {
             409
         } else if self.is_transient() {
             503
-        } else if matches!(self, Error::InvalidKey { .. }) {
+        } else if matches!(self, Error::InvalidName { .. }) {
             400
         } else {
             500
@@ -313,20 +314,20 @@ impl Error {
     }
 
     /// The lock's name this error concerns, if any.
-    pub fn key(&self) -> Option<&str> {
+    pub fn name(&self) -> Option<&str> {
         match self {
-            Error::Busy { key }
-            | Error::Timeout { key, .. }
-            | Error::LeaseLost { key, .. }
-            | Error::NotOwner { key }
-            | Error::QuorumNotReached { key, .. }
-            | Error::Reentrant { key }
-            | Error::Upgrade { key }
-            | Error::WrongType { key, .. }
-            | Error::ModeConflict { key, .. }
-            | Error::ReplicasNotConfirmed { key, .. }
-            | Error::InvalidKey { key, .. } => Some(key),
-            Error::Redis { key, .. } => key.as_deref(),
+            Error::Busy { name }
+            | Error::Timeout { name, .. }
+            | Error::LeaseLost { name, .. }
+            | Error::NotOwner { name }
+            | Error::QuorumNotReached { name, .. }
+            | Error::Reentrant { name }
+            | Error::Upgrade { name }
+            | Error::WrongType { name, .. }
+            | Error::ModeConflict { name, .. }
+            | Error::ReplicasNotConfirmed { name, .. }
+            | Error::InvalidName { name, .. } => Some(name),
+            Error::Redis { name, .. } => name.as_deref(),
             _ => None,
         }
     }
@@ -334,7 +335,7 @@ impl Error {
     pub(crate) fn redis(op: Op, key: &str, source: redis::RedisError) -> Self {
         Error::Redis {
             op,
-            key: Some(key.to_owned()),
+            name: Some(key.to_owned()),
             source,
         }
     }
@@ -404,21 +405,21 @@ mod tests {
 
     fn lost() -> Error {
         Error::LeaseLost {
-            key: "k".into(),
+            name: "k".into(),
             held_for: Duration::from_secs(1),
         }
     }
 
     #[test]
     fn each_error_is_in_one_group_and_maps_to_its_status() {
-        let busy = Error::Busy { key: "k".into() };
+        let busy = Error::Busy { name: "k".into() };
         let timeout = Error::Timeout {
-            key: "k".into(),
+            name: "k".into(),
             waited: Duration::from_secs(1),
             attempts: 3,
         };
         let short = Error::QuorumNotReached {
-            key: "k".into(),
+            name: "k".into(),
             acked: 1,
             needed: 2,
             nodes: 3,
@@ -429,7 +430,7 @@ mod tests {
             }],
         };
         let refused = Error::QuorumNotReached {
-            key: "k".into(),
+            name: "k".into(),
             acked: 0,
             needed: 2,
             nodes: 3,
@@ -446,8 +447,8 @@ mod tests {
                 },
             ],
         };
-        let bad_name = Error::InvalidKey {
-            key: "".into(),
+        let bad_name = Error::InvalidName {
+            name: "".into(),
             reason: "the name is empty".into(),
         };
         // (error, contended, transient, outcome unknown, retryable, status)
@@ -475,7 +476,7 @@ mod tests {
     #[test]
     fn axum_responses_carry_the_status_and_retry_after_only_when_retrying_helps() {
         use axum_core::response::IntoResponse;
-        let busy = Error::Busy { key: "k".into() }.into_response();
+        let busy = Error::Busy { name: "k".into() }.into_response();
         assert_eq!(busy.status(), 409);
         assert!(busy.headers().get("retry-after").is_none());
         let down = transport().into_response();

@@ -1,6 +1,6 @@
 //! Fuzzing entry points: **not an API**, no stability promise, hidden from the docs.
 //!
-//! Compiled with the `fuzzing` feature (off by default) for the `cargo fuzz` targets in
+//! Compiled with the `_fuzzing` feature (off by default) for the `cargo fuzz` targets in
 //! `fuzz/`, and always under `cargo test`, where `tests` runs every entry over the seed
 //! corpus and a few thousand pseudo-random inputs. Each entry turns arbitrary bytes into what
 //! a Redis server (or a hostile one) could send and runs the decoding a real reply goes
@@ -14,6 +14,7 @@ use crate::algorithm::{parse_acquire, renewed_lease, script_error};
 use crate::channels::{Arrival, Channels};
 use crate::error::Op;
 use crate::key::LockKey;
+use crate::mode::LockMode;
 
 /// Values nest at most this deep: deeper adds nothing the decoders look at.
 const MAX_DEPTH: usize = 4;
@@ -26,7 +27,12 @@ const MAX_LEN: usize = 8;
 pub fn acquire_reply(data: &[u8]) {
     let mut input = Input(data);
     let key = input.key();
-    let mode = ["setnx", "reentrant", "rwlock"][usize::from(input.byte()) % 3];
+    let mode = [
+        LockMode::SetNx,
+        LockMode::Reentrant,
+        LockMode::Read,
+        LockMode::Write,
+    ][usize::from(input.byte()) % 4];
     let reply = input.value(0);
     let outcome = match reply.extract_error() {
         Ok(reply) => parse_acquire(mode, &key, reply),

@@ -309,14 +309,14 @@ impl Guard {
 
     fn lost_error(&self) -> Error {
         Error::LeaseLost {
-            key: self.hold.key.name().to_owned(),
+            name: self.hold.key.name().to_owned(),
             held_for: self.held_for(),
         }
     }
 
     fn not_owner(&self) -> Error {
         Error::NotOwner {
-            key: self.hold.key.name().to_owned(),
+            name: self.hold.key.name().to_owned(),
         }
     }
 }

@@ -134,8 +134,8 @@ impl LockKey {
     /// and a stray byte string is far more often a bug than a choice; encode binary ids as hex).
     /// Anything else is a name of its own, braces and all.
     pub(crate) fn new(prefix: &str, name: &[u8], max_len: usize) -> Result<Self, Error> {
-        let invalid = |reason: String| Error::InvalidKey {
-            key: shorten(&String::from_utf8_lossy(name)),
+        let invalid = |reason: String| Error::InvalidName {
+            name: shorten(&String::from_utf8_lossy(name)),
             reason,
         };
         if name.is_empty() {
@@ -143,7 +143,7 @@ impl LockKey {
         }
         if name.len() > max_len {
             return Err(invalid(format!(
-                "the name is {} bytes; the limit is {max_len} (ClientBuilder::max_key_len)",
+                "the name is {} bytes; the limit is {max_len} (ClientBuilder::max_name_len)",
                 name.len()
             )));
         }

@@ -216,7 +216,7 @@ mod tests {
     fn labels() -> Arc<Labels> {
         Arc::new(Labels {
             mode: "setnx",
-            key: "test".into(),
+            label: "test".into(),
             name: None,
             site: None,
         })

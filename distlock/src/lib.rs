@@ -138,7 +138,7 @@
 //!
 //! Each lock name maps to Redis keys under the client's prefix (`distlock` by default), all in
 //! one Redis Cluster slot: `order:42` lives at `distlock:{order:42}`. A name may be any UTF-8
-//! text, non-empty and at most 8 KiB by default ([`ClientBuilder::max_key_len`]), braces, `#`
+//! text, non-empty and at most 8 KiB by default ([`ClientBuilder::max_name_len`]), braces, `#`
 //! and suffixes such as `:fence` included: names come from request data, so no name reaches
 //! another name's lock, a key kept beside any lock, or another lock's wake-up channel. A name
 //! with its own hash tag (`order:{42}`) keeps it and so chooses its slot. Every key the
@@ -170,6 +170,7 @@ mod key;
 mod lease;
 mod lock;
 mod majority;
+mod mode;
 mod nodes;
 mod notify;
 mod probe;
@@ -185,15 +186,16 @@ mod watchdog;
 
 pub use client::{default_client, default_quorum_client, set_default, Client, ClientBuilder};
 pub use config::{
-    Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN, DEFAULT_PREFIX,
+    Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
 };
 pub use context::LockContext;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
-pub use inspect::{ForcedUnlock, Holder, LockInfo, LockMode, Reader, FORCED_RECORD_KEPT};
+pub use inspect::{ForcedUnlock, Holder, LockInfo, Reader, FORCED_RECORD_KEPT};
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::LockRequest;
+pub use mode::LockMode;
 
 pub mod guide;
 
@@ -228,9 +230,9 @@ pub mod __cli;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-// Entry points for the `cargo fuzz` targets in `fuzz/` (feature `fuzzing`, off by default) and
+// Entry points for the `cargo fuzz` targets in `fuzz/` (feature `_fuzzing`, off by default) and
 // for the corpus tests that run under `cargo test`. Not an API: hidden, unstable, may go away.
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, feature = "_fuzzing"))]
 #[doc(hidden)]
 #[path = "fuzz.rs"]
 pub mod __fuzz;

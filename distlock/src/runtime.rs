@@ -19,7 +19,7 @@ pub(crate) struct Shared {
     /// The servers: one, or the independent masters of a quorum.
     pub(crate) nodes: Arc<Nodes>,
     pub(crate) prefix: String,
-    pub(crate) max_key_len: usize,
+    pub(crate) max_name_len: usize,
     /// Random per client: distinguishes owners across processes in reentrant and read/write
     /// locks, whose owner is this id plus the task.
     pub(crate) id: String,
@@ -47,6 +47,6 @@ impl Shared {
 
     /// The keys of the lock `name`, or why the name is refused.
     pub(crate) fn key(&self, name: &[u8]) -> Result<LockKey, Error> {
-        LockKey::new(&self.prefix, name, self.max_key_len)
+        LockKey::new(&self.prefix, name, self.max_name_len)
     }
 }

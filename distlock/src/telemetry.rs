@@ -2,25 +2,25 @@
 //! free when no subscriber listens) and, with the `metrics` feature, measurements through the
 //! `metrics` facade.
 //!
-//! Everything is labelled by the lock's **mode** and its **label**: the key template of an
-//! attribute (`order:<id>`), or what [`LockRequest::label`](crate::LockRequest::label) set.
+//! Everything is labelled by the lock's **mode** and its **label**: the name template of an
+//! attribute (`key = "order:<id>"`), or what [`LockRequest::label`](crate::LockRequest::label) set.
 //! The rendered lock name can carry user data (an e-mail address, an order number), so it
 //! appears in traces only where the caller opted in
-//! ([`LockRequest::record_name`](crate::LockRequest::record_name), `record_key = true` on an
+//! ([`LockRequest::record_name`](crate::LockRequest::record_name), `record_name = true` on an
 //! attribute), and never in metrics, whose label values must stay few.
 //!
 //! | metric (with `metrics`)             | kind      | labels                 |
 //! |-------------------------------------|-----------|------------------------|
-//! | `distlock_acquire_seconds`          | histogram | mode, key, outcome     |
-//! | `distlock_hold_seconds`             | histogram | mode, key              |
-//! | `distlock_locks_held`               | gauge     | mode, key              |
-//! | `distlock_renewals_failed_total`    | counter   | mode, key              |
-//! | `distlock_leases_lost_total`        | counter   | mode, key              |
-//! | `distlock_releases_refused_total`   | counter   | mode, key              |
+//! | `distlock_acquire_seconds`          | histogram | mode, label, outcome   |
+//! | `distlock_hold_seconds`             | histogram | mode, label            |
+//! | `distlock_locks_held`               | gauge     | mode, label            |
+//! | `distlock_renewals_failed_total`    | counter   | mode, label            |
+//! | `distlock_leases_lost_total`        | counter   | mode, label            |
+//! | `distlock_releases_refused_total`   | counter   | mode, label            |
 //! | `distlock_forced_unlocks_total`     | counter   | mode                   |
 //!
 //! `outcome` is `acquired`, `busy` (one attempt, refused), `timeout` (waited in vain) or
-//! `error`. `key` is the label, `-` when none was set.
+//! `error`. `label` is the label, `-` when none was set.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -35,9 +35,9 @@ pub(crate) const NO_LABEL: &str = "-";
 #[derive(Debug, PartialEq)]
 pub(crate) struct Labels {
     pub(crate) mode: &'static str,
-    /// The key template or the caller's label; never the rendered name unless the caller
+    /// The name template or the caller's label; never the rendered name unless the caller
     /// made it the label.
-    pub(crate) key: Cow<'static, str>,
+    pub(crate) label: Cow<'static, str>,
     /// The rendered name, only when the caller opted in.
     pub(crate) name: Option<Box<str>>,
     /// The locked fn's path (attributes only).
@@ -71,7 +71,7 @@ impl Labels {
         tracing::info_span!(
             "distlock.acquire",
             mode = self.mode,
-            key = %self.key,
+            label = %self.label,
             name = self.name.as_deref(),
             r#fn = self.site,
             outcome = tracing::field::Empty,
@@ -116,12 +116,12 @@ impl Labels {
             metrics::histogram!(
                 "distlock_acquire_seconds",
                 "mode" => self.mode,
-                "key" => self.key.clone(),
+                "label" => self.label.clone(),
                 "outcome" => outcome.as_str(),
             )
             .record(waited.as_secs_f64());
             if let Outcome::Acquired = outcome {
-                metrics::gauge!("distlock_locks_held", "mode" => self.mode, "key" => self.key.clone())
+                metrics::gauge!("distlock_locks_held", "mode" => self.mode, "label" => self.label.clone())
                     .increment(1.0);
             }
         }
@@ -131,9 +131,9 @@ impl Labels {
     pub(crate) fn unheld(&self, held_for: Duration) {
         #[cfg(feature = "metrics")]
         {
-            metrics::gauge!("distlock_locks_held", "mode" => self.mode, "key" => self.key.clone())
+            metrics::gauge!("distlock_locks_held", "mode" => self.mode, "label" => self.label.clone())
                 .decrement(1.0);
-            metrics::histogram!("distlock_hold_seconds", "mode" => self.mode, "key" => self.key.clone())
+            metrics::histogram!("distlock_hold_seconds", "mode" => self.mode, "label" => self.label.clone())
                 .record(held_for.as_secs_f64());
         }
         #[cfg(not(feature = "metrics"))]
@@ -144,29 +144,29 @@ impl Labels {
     pub(crate) fn released(&self, held_for: Duration, released: bool) {
         let held_ms = held_for.as_millis() as u64;
         if released {
-            tracing::debug!(mode = self.mode, key = %self.key, name = self.name.as_deref(), r#fn = self.site, held_ms, "lock released");
+            tracing::debug!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, held_ms, "lock released");
         } else {
             // The lock was no longer ours: whatever ran after the loss was unprotected.
-            tracing::warn!(mode = self.mode, key = %self.key, name = self.name.as_deref(), r#fn = self.site, held_ms, "release refused: the lock was no longer held");
+            tracing::warn!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, held_ms, "release refused: the lock was no longer held");
             #[cfg(feature = "metrics")]
-            metrics::counter!("distlock_releases_refused_total", "mode" => self.mode, "key" => self.key.clone())
+            metrics::counter!("distlock_releases_refused_total", "mode" => self.mode, "label" => self.label.clone())
                 .increment(1);
         }
     }
 
     /// A renewal got no usable answer; it is retried while the lease lasts.
     pub(crate) fn renewal_failed(&self) {
-        tracing::warn!(mode = self.mode, key = %self.key, name = self.name.as_deref(), r#fn = self.site, "lease renewal failed; retrying while the lease lasts");
+        tracing::warn!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, "lease renewal failed; retrying while the lease lasts");
         #[cfg(feature = "metrics")]
-        metrics::counter!("distlock_renewals_failed_total", "mode" => self.mode, "key" => self.key.clone())
+        metrics::counter!("distlock_renewals_failed_total", "mode" => self.mode, "label" => self.label.clone())
             .increment(1);
     }
 
     /// The lease was lost: refused by the server, or it ran out before a renewal succeeded.
     pub(crate) fn lease_lost(&self) {
-        tracing::warn!(mode = self.mode, key = %self.key, name = self.name.as_deref(), r#fn = self.site, "lease lost: the lock may be held by another owner now");
+        tracing::warn!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, "lease lost: the lock may be held by another owner now");
         #[cfg(feature = "metrics")]
-        metrics::counter!("distlock_leases_lost_total", "mode" => self.mode, "key" => self.key.clone())
+        metrics::counter!("distlock_leases_lost_total", "mode" => self.mode, "label" => self.label.clone())
             .increment(1);
     }
 }

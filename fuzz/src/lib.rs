@@ -5,7 +5,7 @@
 //! at the crate root as there (they refer to each other through `crate::`), with the
 //! macro-free entry points of `distlock-macros/src/fuzz.rs`. Outside a compiler, `proc-macro2`
 //! uses its fallback token types. The runtime's entry points are `distlock::__fuzz` (feature
-//! `fuzzing`).
+//! `_fuzzing`).
 
 // Parts of the model only the real macro entry (lib.rs) reads.
 #[allow(dead_code)]

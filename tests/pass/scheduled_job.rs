@@ -11,7 +11,7 @@ use distlock::distributed_lock;
 )]
 async fn daily_report() {}
 
-#[distributed_lock(key = "count:<shard>", on_error = "log", record_key = true)]
+#[distributed_lock(key = "count:<shard>", on_error = "log", record_name = true)]
 async fn count(shard: u32) -> Option<u64> {
     Some(u64::from(shard))
 }

@@ -59,7 +59,7 @@ async fn empty_long_and_non_utf8_names_are_refused_before_anything_is_sent() {
     ];
     for (name, reason) in cases {
         let err = locks.lock(name).try_acquire().await.unwrap_err();
-        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        assert!(matches!(err, Error::InvalidName { .. }), "{err}");
         assert!(err.to_string().contains(reason), "{err}");
         assert!(
             err.to_string().len() < 400,

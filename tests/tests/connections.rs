@@ -414,7 +414,7 @@ async fn a_caller_that_gives_up_while_its_request_is_written_leaves_the_reading_
     let big = 32 << 20;
     let client = Client::builder(&server.url())
         .response_timeout(Duration::from_millis(300))
-        .max_key_len(big)
+        .max_name_len(big)
         .connect()
         .await
         .expect("connect");

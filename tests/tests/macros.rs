@@ -212,7 +212,7 @@ async fn busy_lock_returns_busy_or_timeout_and_never_runs_the_body() {
 
     let busy = once(&locks, 1, &ran).await.unwrap_err().lock();
     assert!(
-        matches!(busy, Error::Busy { ref key } if key == "busy:1"),
+        matches!(busy, Error::Busy { ref name } if name == "busy:1"),
         "{busy}"
     );
 
@@ -301,7 +301,7 @@ async fn lost_lease_cancels_the_body_and_returns_lease_lost() {
     let noticed_after = deleted_at.elapsed();
     let lost = result.unwrap_err().lock();
     assert!(
-        matches!(lost, Error::LeaseLost { ref key, .. } if key == "lost:1"),
+        matches!(lost, Error::LeaseLost { ref name, .. } if name == "lost:1"),
         "{lost}"
     );
     assert!(dropped.load(Ordering::SeqCst), "the body was not dropped");
@@ -471,7 +471,7 @@ async fn setnx_nesting_fails_at_once_with_reentrant() {
     let (inner, took) = setnx_outer(&locks, 4).await.expect("outer call");
     // Not a 5 s wait on itself, and not skipped either: nesting a non-reentrant lock is a bug.
     assert!(
-        matches!(inner, Error::Reentrant { ref key } if key == "order:4"),
+        matches!(inner, Error::Reentrant { ref name } if name == "order:4"),
         "{inner}"
     );
     assert!(took < Duration::from_secs(2), "waited {took:?}");

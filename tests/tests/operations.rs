@@ -242,7 +242,7 @@ async fn a_contended_acquire_is_traced_and_measured_by_template_not_by_name() {
     assert_eq!(
         gauge(
             "distlock_locks_held",
-            &[("mode", "setnx"), ("key", "traced-order:<id>")]
+            &[("mode", "setnx"), ("label", "traced-order:<id>")]
         ),
         1.0
     );
@@ -273,7 +273,7 @@ async fn a_contended_acquire_is_traced_and_measured_by_template_not_by_name() {
     let acquired = &spans[0];
     assert_eq!(acquired.level, Level::INFO);
     assert_eq!(acquired.get("mode"), Some("setnx"));
-    assert_eq!(acquired.get("key"), Some("traced-order:<id>"));
+    assert_eq!(acquired.get("label"), Some("traced-order:<id>"));
     assert!(acquired
         .get("fencing_token")
         .is_some_and(|t| t.parse::<u64>().is_ok()));
@@ -303,7 +303,7 @@ async fn a_contended_acquire_is_traced_and_measured_by_template_not_by_name() {
             "distlock_acquire_seconds",
             &[
                 ("mode", "setnx"),
-                ("key", "traced-order:<id>"),
+                ("label", "traced-order:<id>"),
                 ("outcome", outcome),
             ],
         )
@@ -315,13 +315,13 @@ async fn a_contended_acquire_is_traced_and_measured_by_template_not_by_name() {
     assert_eq!(l("busy").len(), 1);
     let held = histogram(
         "distlock_hold_seconds",
-        &[("mode", "setnx"), ("key", "traced-order:<id>")],
+        &[("mode", "setnx"), ("label", "traced-order:<id>")],
     );
     assert_eq!(held.len(), 1);
     assert_eq!(
         gauge(
             "distlock_locks_held",
-            &[("mode", "setnx"), ("key", "traced-order:<id>")]
+            &[("mode", "setnx"), ("label", "traced-order:<id>")]
         ),
         0.0
     );
@@ -394,7 +394,7 @@ async fn a_forced_unlock_and_the_lease_loss_it_causes_are_warned_and_counted() {
     let lost = trace.events("lease lost");
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].level, Level::WARN);
-    assert_eq!(lost[0].get("key"), Some("forced-job"));
+    assert_eq!(lost[0].get("label"), Some("forced-job"));
 
     assert_eq!(
         counter("distlock_forced_unlocks_total", &[("mode", "reentrant")]),
@@ -403,14 +403,14 @@ async fn a_forced_unlock_and_the_lease_loss_it_causes_are_warned_and_counted() {
     assert_eq!(
         counter(
             "distlock_leases_lost_total",
-            &[("mode", "reentrant"), ("key", "forced-job")]
+            &[("mode", "reentrant"), ("label", "forced-job")]
         ),
         1
     );
     let info = locks.inspect(name).await.expect("inspect");
     let record = info.last_forced_unlock.expect("the record is kept");
     assert_eq!(record.reason, "holder stuck, ticket 42");
-    assert_eq!(record.mode, "reentrant");
+    assert_eq!(record.mode, Some(distlock::LockMode::Reentrant));
     assert!(record.by.contains(&format!("pid={}", std::process::id())));
     assert!(SystemTime::now().duration_since(record.at).unwrap() < Duration::from_secs(60));
     // Nothing to unlock now.
@@ -449,7 +449,7 @@ async fn a_failed_renewal_is_warned_and_counted() {
     assert!(
         counter(
             "distlock_renewals_failed_total",
-            &[("mode", "setnx"), ("key", "renew-fails")]
+            &[("mode", "setnx"), ("label", "renew-fails")]
         ) >= 1
     );
     drop(guard);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{as_other_owner, channel, client, fence_key, lock_key, run_contenders, spawn_holder};
-use distlock::{Client, Error};
+use distlock::{Client, Error, LockMode};
 use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -530,7 +530,7 @@ async fn an_upgrade_is_refused_at_once_and_changes_nothing() {
         asked.elapsed()
     );
     assert!(!err.is_retryable());
-    assert_eq!(err.key(), Some("up"));
+    assert_eq!(err.name(), Some("up"));
     let message = err.to_string();
     assert!(message.contains("release the read lock first"), "{message}");
     assert_eq!(dump(&raw, "up").await, before, "no intent, no change");
@@ -751,7 +751,7 @@ async fn user_data_at_a_lock_key_is_reported_and_left_untouched() {
     let re = locks.reentrant("mixed").try_acquire().await.expect("free");
     let err = locks.read("mixed").try_acquire().await.unwrap_err();
     assert!(
-        matches!(&err, Error::ModeConflict { held_as, .. } if held_as == "reentrant"),
+        matches!(&err, Error::ModeConflict { held_as, .. } if *held_as == LockMode::Reentrant),
         "mixed: {err}"
     );
     re.release().await.expect("release");

@@ -34,7 +34,7 @@ async fn second_owner_is_refused_until_release() {
         .await
         .unwrap_err();
     assert!(
-        matches!(busy, Error::Busy { ref key } if key == "res"),
+        matches!(busy, Error::Busy { ref name } if name == "res"),
         "{busy}"
     );
     assert!(busy.is_retryable());

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "leaves",
         &[
             "error",
+            "mode",
             "config",
             "key",
             "identity",

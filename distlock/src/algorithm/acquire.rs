@@ -13,6 +13,7 @@ use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
+use crate::mode::LockMode;
 
 /// What one server was found to refuse, learnt from its answers and kept per server (a node of
 /// a quorum, or the one deployment): another server of the same process may well be newer.
@@ -187,7 +188,7 @@ impl Algorithm {
             let reply: Value = Box::pin(invoke(&self.acquire, &call.cmd, conn))
                 .await
                 .map_err(|e| script_error(Op::Acquire, key, e))?;
-            return parse_acquire(self.name, key, reply);
+            return parse_acquire(self.mode, key, reply);
         }
         let reply: Value = match call.cmd.query_async(conn).await {
             Ok(reply) => reply,
@@ -225,7 +226,7 @@ impl Algorithm {
             }
             _ => Err(Error::Redis {
                 op: Op::Acquire,
-                key: Some(key.name().to_owned()),
+                name: Some(key.name().to_owned()),
                 source: redis::RedisError::from((
                     ErrorKind::UnexpectedReturnType,
                     "SET .. NX PX answered in an unexpected shape",
@@ -251,7 +252,7 @@ impl Algorithm {
         let reply: Value = invoke(&self.acquire, &cmd, conn)
             .await
             .map_err(|e| script_error(Op::Acquire, call.key, e))?;
-        parse_acquire(self.name, call.key, reply)
+        parse_acquire(self.mode, call.key, reply)
     }
 
     /// One acquire attempt on one connection to `server`.
@@ -321,7 +322,7 @@ impl Algorithm {
                 Some(reply) => reply,
                 None => return Err(script_error(Op::Acquire, key, short_reply())),
             };
-            let attempt = parse_acquire(self.name, key, reply)?;
+            let attempt = parse_acquire(self.mode, key, reply)?;
             if let Attempt::Acquired { .. } = attempt {
                 let confirmed = match confirmed {
                     Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
@@ -330,7 +331,7 @@ impl Algorithm {
                 };
                 if confirmed < replicas.count {
                     return Err(Error::ReplicasNotConfirmed {
-                        key: key.name().to_owned(),
+                        name: key.name().to_owned(),
                         wanted: replicas.count,
                         confirmed,
                         timeout: replicas.timeout,
@@ -360,13 +361,13 @@ fn short_reply() -> redis::RedisError {
 }
 
 pub(crate) fn parse_acquire(
-    self_name: &'static str,
+    requested: LockMode,
     key: &LockKey,
     reply: Value,
 ) -> Result<Attempt, Error> {
     let malformed = || Error::Redis {
         op: Op::Acquire,
-        key: Some(key.name().to_owned()),
+        name: Some(key.name().to_owned()),
         source: redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
             "acquire script answered in an unexpected shape",
@@ -385,15 +386,18 @@ pub(crate) fn parse_acquire(
         }),
         // Refused for good, not busy: the task holds the read side and asked for the write side.
         [Value::Int(-2), _] => Err(Error::Upgrade {
-            key: key.name().to_owned(),
+            name: key.name().to_owned(),
         }),
-        [Value::Int(-3), held_as] => Err(Error::ModeConflict {
-            key: key.name().to_owned(),
-            held_as: text(held_as),
-            requested: self_name,
-        }),
+        [Value::Int(-3), held_as] => match LockMode::named(&text(held_as)) {
+            Some(held_as) => Err(Error::ModeConflict {
+                name: key.name().to_owned(),
+                held_as,
+                requested,
+            }),
+            None => Err(malformed()),
+        },
         [Value::Int(-1), found] => Err(Error::WrongType {
-            key: key.name().to_owned(),
+            name: key.name().to_owned(),
             found: text(found),
         }),
         _ => Err(malformed()),

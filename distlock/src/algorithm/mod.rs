@@ -34,9 +34,10 @@ use redis::Cmd;
 use crate::error::{Error, Op};
 
 use crate::key::{Kind, LockKey};
+use crate::mode::LockMode;
 pub(crate) use script::{evalsha, invoke, is_noscript, with_body, Lua};
 
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, feature = "_fuzzing"))]
 pub(crate) use acquire::parse_acquire;
 pub(crate) use acquire::{Ask, Attempt, ServerQuirks};
 
@@ -58,8 +59,8 @@ pub(crate) struct HoldId {
 
 /// One lock mode's scripts.
 pub(crate) struct Algorithm {
-    /// The mode's name, as the macros spell it.
-    pub(crate) name: &'static str,
+    /// Which mode this is.
+    pub(crate) mode: LockMode,
     /// Who owns a hold: a fresh token per acquisition, or the task (reentrant modes).
     pub(crate) owner: OwnerKind,
     /// Holders may share the lock (readers): a newcomer then need not queue behind the
@@ -218,7 +219,7 @@ fn is_wrong_type(e: &redis::RedisError) -> bool {
 pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
     if is_wrong_type(&e) {
         return Error::WrongType {
-            key: key.name().to_owned(),
+            name: key.name().to_owned(),
             found: "value of another type".to_owned(),
         };
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::channels::Channels;
 use crate::config::{
-    HandOffLimits, Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_KEY_LEN,
+    HandOffLimits, Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN,
     DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, MAX_CONNECTIONS,
 };
 use crate::conn::PushSink;
@@ -32,7 +32,7 @@ pub struct ClientBuilder {
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
-    max_key_len: usize,
+    max_name_len: usize,
     handoff: Option<HandOffLimits>,
     connections: Option<usize>,
     allow_eviction: bool,
@@ -58,7 +58,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
-            .field("max_key_len", &self.max_key_len)
+            .field("max_name_len", &self.max_name_len)
             .field("handoff", &self.handoff)
             .field("connections", &self.connections)
             .field("allow_eviction", &self.allow_eviction);
@@ -85,7 +85,7 @@ impl ClientBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            max_key_len: DEFAULT_MAX_KEY_LEN,
+            max_name_len: DEFAULT_MAX_NAME_LEN,
             handoff: None,
             connections: None,
             allow_eviction: false,
@@ -223,8 +223,8 @@ impl ClientBuilder {
     }
 
     /// Longest accepted lock name in bytes (default 8 KiB).
-    pub fn max_key_len(mut self, bytes: usize) -> Self {
-        self.max_key_len = bytes;
+    pub fn max_name_len(mut self, bytes: usize) -> Self {
+        self.max_name_len = bytes;
         self
     }
 
@@ -321,14 +321,14 @@ impl ClientBuilder {
         } else if nodes.len() < n || !majority.reached(n - failures.len()) {
             // Nodes down at start-up join once they answer, but a majority must answer now.
             return Err(Error::QuorumNotReached {
-                key: "(connect)".into(),
+                name: "(connect)".into(),
                 acked: n - failures.len(),
                 needed: majority.needed(),
                 nodes: n,
                 errors: failures
                     .into_iter()
                     .map(|e| NodeError {
-                        node: e.key().unwrap_or("?").to_owned(),
+                        node: e.name().unwrap_or("?").to_owned(),
                         reason: e.to_string(),
                         retryable: e.is_retryable(),
                     })
@@ -417,7 +417,7 @@ impl ClientBuilder {
         Client {
             inner: Arc::new(Shared {
                 prefix: self.prefix,
-                max_key_len: self.max_key_len,
+                max_name_len: self.max_name_len,
                 id: crate::identity::client_id(),
                 notifier: Notifier::new(channels, nodes.clone()),
                 watchdog: Watchdog::start(nodes.clone()),

@@ -114,13 +114,13 @@ impl Decoder {
     }
 
     /// Appends bytes read (tests and fuzzing; a connection reads into [`buffer`](Self::buffer)).
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, feature = "_fuzzing"))]
     pub(crate) fn feed(&mut self, bytes: &[u8]) {
         self.buffer().extend_from_slice(bytes);
     }
 
     /// Bytes fed and not yet part of a complete frame.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, feature = "_fuzzing"))]
     pub(crate) fn pending(&self) -> usize {
         self.buf.len() - self.start + self.taken
     }

@@ -27,7 +27,7 @@ else
   if owner then
     mode = 'reentrant'
   else
-    mode = redis.call('hget', KEYS[1], 'mode') or 'read/write'
+    mode = redis.call('hget', KEYS[1], 'mode') or 'write'
     owner = redis.call('hget', KEYS[1], 'writer') or 'readers'
   end
 end

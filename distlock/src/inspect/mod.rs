@@ -17,6 +17,7 @@ use crate::client::Client;
 use crate::error::{Error, Op};
 use crate::identity::{self, Described};
 use crate::key::{name_of, Kind, LockKey};
+use crate::mode::LockMode;
 use crate::nodes::records;
 use crate::telemetry;
 
@@ -27,31 +28,6 @@ static FORCE_UNLOCK: std::sync::LazyLock<Lua> =
 
 /// How long the record of a forced unlock is kept beside the lock.
 pub const FORCED_RECORD_KEPT: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The mode a lock is held in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockMode {
-    /// [`Client::lock`] (also a Redlock quorum's lock).
-    SetNx,
-    /// [`Client::reentrant`].
-    Reentrant,
-    /// [`Client::read`]: one or more readers hold it.
-    Read,
-    /// [`Client::write`].
-    Write,
-}
-
-impl std::fmt::Display for LockMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LockMode::SetNx => "setnx",
-            LockMode::Reentrant => "reentrant",
-            LockMode::Read => "read",
-            LockMode::Write => "write",
-        })
-    }
-}
 
 /// Who took a hold, as stored with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,8 +73,8 @@ pub struct ForcedUnlock {
     pub by: String,
     /// When, by the server's clock.
     pub at: SystemTime,
-    /// The mode the lock was held in.
-    pub mode: String,
+    /// The mode the lock was held in (`None` for a record this version cannot read).
+    pub mode: Option<LockMode>,
     /// The owner that lost it.
     pub previous_owner: String,
 }
@@ -233,7 +209,7 @@ impl Client {
                     }
                     Some(Value::Int(-1)) => {
                         return Err(Error::WrongType {
-                            key: key.name().to_owned(),
+                            name: key.name().to_owned(),
                             found: items.get(1).and_then(text).unwrap_or_default(),
                         })
                     }
@@ -244,13 +220,10 @@ impl Client {
             }
         }
         if let Some(mode) = removed {
-            let mode = match mode.as_deref() {
-                Some("setnx") => Some("setnx"),
-                Some("reentrant") => Some("reentrant"),
-                Some("read") => Some("read"),
-                Some("write") => Some("write"),
-                _ => Some("read/write"),
-            };
+            let mode = mode
+                .as_deref()
+                .and_then(LockMode::named)
+                .map(LockMode::as_str);
             telemetry::forced_unlock(mode, key.name(), reason);
             return Ok(true);
         }
@@ -284,7 +257,7 @@ impl Client {
                     .await
                     .map_err(|e| Error::Redis {
                         op: Op::Inspect,
-                        key: None,
+                        name: None,
                         source: e,
                     })?;
                 let mut pipe = redis::pipe();
@@ -303,7 +276,7 @@ impl Client {
                         .await
                         .map_err(|e| Error::Redis {
                             op: Op::Inspect,
-                            key: None,
+                            name: None,
                             source: e,
                         })?
                 };
@@ -434,7 +407,7 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<(LockInfo, Option<Described
             reason: get("reason"),
             by: get("by"),
             at: UNIX_EPOCH + Duration::from_millis(get("at").parse().unwrap_or(0)),
-            mode: get("mode"),
+            mode: LockMode::named(&get("mode")),
             previous_owner: get("previous"),
         });
     }
@@ -443,7 +416,7 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<(LockInfo, Option<Described
         "string" => {
             if pttl.is_none() {
                 return Err(Error::WrongType {
-                    key: key.name().to_owned(),
+                    name: key.name().to_owned(),
                     found: "string without expiry".to_owned(),
                 });
             }
@@ -480,7 +453,7 @@ fn parse_info(key: &LockKey, reply: Value) -> Result<(LockInfo, Option<Described
         }
         other => {
             return Err(Error::WrongType {
-                key: key.name().to_owned(),
+                name: key.name().to_owned(),
                 found: other.to_owned(),
             })
         }

@@ -93,7 +93,7 @@ impl Plan<'_> {
         if quorum && !algorithm.quorum {
             return Err(Error::config(format!(
                 "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
-                algorithm.name
+                algorithm.mode
             )));
         }
         let replicas = replicas.or(shared.replicas);
@@ -109,7 +109,7 @@ impl Plan<'_> {
         let holder = shared.holds.holder_in_scope(key.lock());
         if algorithm.owner == OwnerKind::Token && holder.is_some() {
             return Err(Error::Reentrant {
-                key: key.name().to_owned(),
+                name: key.name().to_owned(),
             });
         }
         let context = holder.unwrap_or_else(LockContext::current);
@@ -190,7 +190,7 @@ impl Plan<'_> {
 
     fn timeout(&self, started: Instant, attempts: u32) -> Error {
         Error::Timeout {
-            key: self.key.name().to_owned(),
+            name: self.key.name().to_owned(),
             waited: started.elapsed(),
             attempts,
         }
@@ -388,7 +388,7 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
             return Err(match error {
                 Some(e) => e,
                 None if !waits => Error::Busy {
-                    key: plan.key.name().to_owned(),
+                    name: plan.key.name().to_owned(),
                 },
                 None => plan.timeout(started, attempts),
             });

@@ -206,9 +206,9 @@ impl<'c> LockRequest<'c> {
     // future.
     fn run(mut self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
         let labels = Arc::new(Labels {
-            mode: self.algorithm.name,
+            mode: self.algorithm.mode.as_str(),
             // Moved: the labels are where the acquisition keeps it.
-            key: std::mem::take(&mut self.label),
+            label: std::mem::take(&mut self.label),
             name: match (&self.key, self.record_name) {
                 (Ok(key), true) => Some(key.name().into()),
                 _ => None,

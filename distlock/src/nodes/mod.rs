@@ -260,7 +260,7 @@ impl Nodes {
             return Ok(Attempt::Busy { holder_ttl });
         }
         Err(Error::QuorumNotReached {
-            key: key.name().to_owned(),
+            name: key.name().to_owned(),
             acked: granted.len(),
             needed: self.majority.needed(),
             nodes: self.majority.nodes(),
@@ -421,7 +421,7 @@ impl Nodes {
             return Ok(None);
         }
         Err(Error::QuorumNotReached {
-            key: key.name().to_owned(),
+            name: key.name().to_owned(),
             acked: yes.len(),
             needed: self.majority.needed(),
             nodes: self.majority.nodes(),

@@ -360,7 +360,7 @@ fn open_client(
 fn connect_error(addr: &str, source: redis::RedisError) -> Error {
     Error::Redis {
         op: Op::Connect,
-        key: Some(addr.to_owned()),
+        name: Some(addr.to_owned()),
         source,
     }
 }

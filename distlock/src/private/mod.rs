@@ -94,8 +94,8 @@ pub struct Spec {
     pub template: &'static str,
     /// The locked fn's path, for traces.
     pub site: &'static str,
-    /// Record the rendered key in traces too (`record_key = true`).
-    pub record_key: bool,
+    /// Record the rendered key in traces too (`record_name = true`).
+    pub record_name: bool,
     /// Mint a fencing token with the lock (`fencing = true`).
     pub fencing: bool,
 }
@@ -223,9 +223,9 @@ where
             }
             let lost = match (lost, name, released) {
                 (Some(lost), _, _) => lost,
-                (None, Some(key), _) => Error::LeaseLost { key, held_for },
-                (None, None, Err(Error::NotOwner { key } | Error::LeaseLost { key, .. })) => {
-                    Error::LeaseLost { key, held_for }
+                (None, Some(name), _) => Error::LeaseLost { name, held_for },
+                (None, None, Err(Error::NotOwner { name } | Error::LeaseLost { name, .. })) => {
+                    Error::LeaseLost { name, held_for }
                 }
                 (None, None, _) => return result,
             };
@@ -250,7 +250,7 @@ async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error
         .watchdog(spec.renew_every.is_some())
         .label(spec.template)
         .site(spec.site)
-        .record_name(spec.record_key)
+        .record_name(spec.record_name)
         .fencing(spec.fencing);
     if let Some(min) = spec.min_hold {
         request = request.min_hold(min);
@@ -345,7 +345,7 @@ fn notice(
 
 fn lease_lost(guard: &Guard) -> Error {
     Error::LeaseLost {
-        key: guard.name().to_owned(),
+        name: guard.name().to_owned(),
         held_for: guard.held_for(),
     }
 }

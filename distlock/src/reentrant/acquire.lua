@@ -76,7 +76,7 @@ if not owner then
   -- application's own hash.
   for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
     if f == 'mode' or f == 'writer' or string.sub(f, 1, 7) == 'intent:' then
-      return {-3, 'read/write'}
+      return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
     end
   end
   return {-1, 'hash that is not a reentrant lock'}

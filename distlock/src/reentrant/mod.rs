@@ -9,10 +9,11 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::mode::LockMode;
 
 /// The exclusive reentrant lock.
 pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
-    name: "reentrant",
+    mode: LockMode::Reentrant,
     owner: OwnerKind::Context,
     shared: false,
     plain_acquire: false,

@@ -80,6 +80,7 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::mode::LockMode;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (state loading,
 /// pruning, expiry), then the body.
@@ -95,7 +96,7 @@ macro_rules! script {
 
 /// The shared side of a read/write lock.
 pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
-    name: "read",
+    mode: LockMode::Read,
     owner: OwnerKind::Context,
     shared: true,
     quorum: false,
@@ -108,7 +109,7 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 
 /// The exclusive side of a read/write lock.
 pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
-    name: "write",
+    mode: LockMode::Write,
     owner: OwnerKind::Context,
     shared: false,
     quorum: false,

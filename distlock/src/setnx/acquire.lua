@@ -44,7 +44,8 @@ if type(held) == 'table' then
     if redis.call('hexists', KEYS[1], 'owner') == 1 then
       return {-3, 'reentrant'}
     end
-    return {-3, 'read/write'}
+    -- A read/write lock: the side it is held on (a waiting writer's intent alone: write).
+    return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
   end
   return {-1, kind}
 end

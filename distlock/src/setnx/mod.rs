@@ -7,13 +7,14 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::mode::LockMode;
 
 #[cfg(test)]
 mod tests;
 
 /// The exclusive, non-reentrant lock.
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
-    name: "setnx",
+    mode: LockMode::SetNx,
     owner: OwnerKind::Token,
     shared: false,
     plain_acquire: true,

@@ -87,17 +87,17 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
     ] {
         for waits in [false, true] {
             let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
-            assert_eq!(declared(&cmd), [&lock[..]], "{}", mode.name);
+            assert_eq!(declared(&cmd), [&lock[..]], "{}", mode.mode);
             let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, true));
             assert_eq!(
                 declared(&cmd),
                 [lock.clone(), fence.clone()],
                 "{}",
-                mode.name
+                mode.mode
             );
         }
         let release = mode.release_cmd(&key, &id("n"), "", true, false);
-        assert_eq!(declared(&release), [&lock[..]], "{}", mode.name);
+        assert_eq!(declared(&release), [&lock[..]], "{}", mode.mode);
     }
     for mode in [&*super::SETNX, &*crate::reentrant::REENTRANT] {
         assert_eq!(

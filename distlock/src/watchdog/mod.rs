@@ -470,7 +470,7 @@ mod tests {
     fn entry(nodes: usize, t: Instant) -> Entry {
         let labels = Arc::new(Labels {
             mode: "setnx",
-            key: "test".into(),
+            label: "test".into(),
             name: None,
             site: None,
         });
