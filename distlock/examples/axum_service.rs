@@ -65,8 +65,9 @@ async fn deposit(
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let locks = Client::connect(&url).await?;
     let app = App {
-        locks: Client::connect(&url).await?,
+        locks: locks.clone(),
         balances: Arc::default(),
     };
     let router = Router::new()
@@ -80,5 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
+    // Requests still waiting for a lock end with 503; held locks are given back.
+    let report = locks.shutdown(std::time::Duration::from_secs(5)).await;
+    println!("stopped: {} locks released", report.released);
     Ok(())
 }

@@ -198,6 +198,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)) before the lock
+    /// was taken: nothing ran under it. This client takes no more locks; another instance of
+    /// the service may (an HTTP service answers 503 while it stops).
+    #[error("lock `{name}` was not taken: the client is shut down")]
+    ShutDown {
+        /// The lock's name.
+        name: String,
+    },
+
     /// A locked function was called without `client = ..` and no default client was set.
     #[error(
         "no lock client: call distlock::set_default(client) at start-up or pass `client = ..`"
@@ -296,6 +305,8 @@ impl Error {
     /// again), `503 Service Unavailable` for [transient](Self::is_transient) failures (nothing
     /// ran; send `Retry-After`), `400 Bad Request` for a lock name the request made unusable
     /// ([`Error::InvalidName`]: names usually come from request data), and
+    /// `503` too for a client [shut down](Error::ShutDown) (the service is stopping; nothing
+    /// ran, another instance may serve the request), and
     /// `500 Internal Server Error` for everything else, a lost lease included: its outcome is
     /// unknown, and a client must not repeat a non-idempotent request because of it.
     ///
@@ -304,7 +315,7 @@ impl Error {
     pub fn http_status(&self) -> u16 {
         if self.is_contended() {
             409
-        } else if self.is_transient() {
+        } else if self.is_transient() || matches!(self, Error::ShutDown { .. }) {
             503
         } else if matches!(self, Error::InvalidName { .. }) {
             400
@@ -326,7 +337,8 @@ impl Error {
             | Error::WrongType { name, .. }
             | Error::ModeConflict { name, .. }
             | Error::ReplicasNotConfirmed { name, .. }
-            | Error::InvalidName { name, .. } => Some(name),
+            | Error::InvalidName { name, .. }
+            | Error::ShutDown { name } => Some(name),
             Error::Redis { name, .. } => name.as_deref(),
             _ => None,
         }
@@ -461,6 +473,14 @@ mod tests {
             (lost(), false, false, true, false, 500),
             (bad_name, false, false, false, false, 400),
             (Error::NoClient, false, false, false, false, 500),
+            (
+                Error::ShutDown { name: "k".into() },
+                false,
+                false,
+                false,
+                false,
+                503,
+            ),
             (Error::config("x"), false, false, false, false, 500),
         ];
         for (e, contended, transient, unknown, retryable, status) in cases {

@@ -187,6 +187,12 @@ impl Guard {
     #[allow(clippy::manual_async_fn)]
     pub fn release(mut self) -> impl std::future::Future<Output = Result<(), Error>> + Send {
         async move {
+            if self.lease.is_revoked() {
+                // `Client::shutdown` took the hold back, maybe while the work ran.
+                self.unregister();
+                self.released = true;
+                return Err(self.lost_error());
+            }
             if self.hand_off() {
                 return Ok(());
             }
@@ -245,7 +251,7 @@ impl Guard {
         };
         // Nobody in this process waits for any lock: the common case, decided without a
         // clock read or a lookup.
-        if self.released || !handoff::slots_open() {
+        if self.released || !handoff::slots_open() || self.hold.nodes.tasks.is_closed() {
             return false;
         }
         let channels = self.shared.notifier.channels();
@@ -281,7 +287,7 @@ impl Guard {
                 if held {
                     self.shared
                         .holds
-                        .hold(&self.hold.key, tenure.context, self.lease.clone());
+                        .hold(&self.hold, tenure.context, self.lease.clone());
                     self.registration.held = true;
                 }
                 channels.before_release(&self.hold.key);
@@ -329,11 +335,14 @@ impl Drop for Guard {
         let left = self.min_hold_left();
         let remaining = self.remaining();
         self.unregister();
-        if let (false, Some(left), Ok(runtime)) =
-            (self.released, left, tokio::runtime::Handle::try_current())
-        {
+        // Taken back by `Client::shutdown`, which released it.
+        if self.lease.is_revoked() {
+            return;
+        }
+        if let (false, Some(left)) = (self.released, left) {
             let (hold, until) = (self.hold.clone(), self.lease.valid_until());
-            runtime.spawn(async move {
+            let tasks = hold.nodes.tasks.clone();
+            tasks.spawn(async move {
                 let _ = hold.keep(left, remaining, until).await;
             });
             return;

@@ -7,24 +7,30 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::context::LockContext;
-use crate::key::LockKey;
 use crate::lease::LeaseState;
+use crate::release::Hold;
 use crate::sync::lock;
 
 /// Holds of one client by lock key: usually none or one per key, a few when nested.
 type LocalHolds = HashMap<Arc<[u8]>, HoldList, foldhash::quality::RandomState>;
 
-type Hold = (LockContext, Arc<LeaseState>);
+/// One hold: the task context that owns it, its lease, and what its release names (for
+/// `Client::shutdown`, which releases what the guards still hold).
+struct Entry {
+    context: LockContext,
+    lease: Arc<LeaseState>,
+    hold: Hold,
+}
 
 /// The holds of one lock: nearly always one, kept inline so that taking an uncontended lock
 /// allocates no list; a few when nested or shared.
 enum HoldList {
-    One(Hold),
-    Many(Vec<Hold>),
+    One(Entry),
+    Many(Vec<Entry>),
 }
 
 impl HoldList {
-    fn iter(&self) -> std::slice::Iter<'_, Hold> {
+    fn iter(&self) -> std::slice::Iter<'_, Entry> {
         match self {
             HoldList::One(hold) => std::slice::from_ref(hold).iter(),
             HoldList::Many(holds) => holds.iter(),
@@ -33,9 +39,9 @@ impl HoldList {
 
     /// Adds a hold, dropping those whose lease ran out: they no longer protect anything
     /// (their guards may live on).
-    fn push(&mut self, hold: Hold) {
+    fn push(&mut self, hold: Entry) {
         match self {
-            HoldList::One(only) if !only.1.is_valid() => *only = hold,
+            HoldList::One(only) if !only.lease.is_valid() => *only = hold,
             HoldList::One(_) => {
                 let HoldList::One(only) = std::mem::replace(self, HoldList::Many(Vec::new()))
                 else {
@@ -44,7 +50,7 @@ impl HoldList {
                 *self = HoldList::Many(vec![only, hold]);
             }
             HoldList::Many(holds) => {
-                holds.retain(|(_, l)| l.is_valid());
+                holds.retain(|e| e.lease.is_valid());
                 holds.push(hold);
             }
         }
@@ -53,9 +59,9 @@ impl HoldList {
     /// Removes the hold with this lease; true when none is left.
     fn remove(&mut self, lease: &Arc<LeaseState>) -> bool {
         match self {
-            HoldList::One((_, l)) => Arc::ptr_eq(l, lease),
+            HoldList::One(only) => Arc::ptr_eq(&only.lease, lease),
             HoldList::Many(holds) => {
-                holds.retain(|(_, l)| !Arc::ptr_eq(l, lease));
+                holds.retain(|e| !Arc::ptr_eq(&e.lease, lease));
                 holds.is_empty()
             }
         }
@@ -75,18 +81,23 @@ impl Holds {
     pub(crate) fn holder_in_scope(&self, key: &[u8]) -> Option<LockContext> {
         let holds = lock(&self.table);
         let here = holds.get(key)?;
-        LockContext::find_enclosing(|c| here.iter().any(|(h, l)| *h == c && l.is_valid()))
+        LockContext::find_enclosing(|c| here.iter().any(|e| e.context == c && e.lease.is_valid()))
     }
 
     /// Records a hold until [`unhold`](Self::unhold).
-    pub(crate) fn hold(&self, key: &LockKey, context: LockContext, lease: Arc<LeaseState>) {
+    pub(crate) fn hold(&self, hold: &Hold, context: LockContext, lease: Arc<LeaseState>) {
+        let entry = Entry {
+            context,
+            lease,
+            hold: hold.clone(),
+        };
         let mut holds = lock(&self.table);
-        match holds.entry(key.shared().clone()) {
+        match holds.entry(hold.key.shared().clone()) {
             std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(HoldList::One((context, lease)));
+                slot.insert(HoldList::One(entry));
             }
             std::collections::hash_map::Entry::Occupied(mut here) => {
-                here.get_mut().push((context, lease));
+                here.get_mut().push(entry);
             }
         }
     }
@@ -99,5 +110,20 @@ impl Holds {
                 holds.remove(key);
             }
         }
+    }
+
+    /// Forgets every hold, handing back their leases and releases.
+    pub(crate) fn take_all(&self) -> Vec<(Arc<LeaseState>, Hold)> {
+        let table = std::mem::take(&mut *lock(&self.table));
+        let mut all = Vec::with_capacity(table.len());
+        for (_, list) in table {
+            match list {
+                HoldList::One(e) => all.push((e.lease, e.hold)),
+                HoldList::Many(entries) => {
+                    all.extend(entries.into_iter().map(|e| (e.lease, e.hold)))
+                }
+            }
+        }
+        all
     }
 }

@@ -80,6 +80,9 @@ pub(crate) struct LeaseState {
     /// it is based on was sent.
     valid: Mutex<(Duration, Instant)>,
     lost: AtomicBool,
+    /// Set when `Client::shutdown` took the hold back (and released it): lost, without the
+    /// warning of a lease that ran out.
+    revoked: AtomicBool,
     /// Wakes `Guard::lost()` waiters when the lease is declared lost.
     changed: Notify,
     /// Who holds it, for the lease-lost event.
@@ -92,6 +95,7 @@ impl LeaseState {
         LeaseState {
             valid: Mutex::new((boot_deadline(sent, ttl), sent)),
             lost: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             changed: Notify::new(),
             labels,
         }
@@ -136,6 +140,18 @@ impl LeaseState {
             self.labels.lease_lost();
             self.changed.notify_waiters();
         }
+    }
+
+    /// Marks the lease lost because the client took its hold back (`Client::shutdown`).
+    pub(crate) fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+        self.lost.store(true, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// True once [`revoke`](Self::revoke)d.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
     }
 
     /// Resolves once the lease is lost: declared so (renewal refused or given up) or run out

@@ -180,6 +180,7 @@ mod runtime;
 mod rwlock;
 mod setnx;
 mod sync;
+mod tasks;
 mod telemetry;
 mod wait;
 mod watchdog;
@@ -196,6 +197,7 @@ pub use inspect::{ForcedUnlock, Holder, LockInfo, Reader, FORCED_RECORD_KEPT};
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::LockRequest;
 pub use mode::LockMode;
+pub use runtime::Shutdown;
 
 pub mod guide;
 

@@ -47,9 +47,7 @@ pub(crate) struct Notifier {
 
 impl Drop for Notifier {
     fn drop(&mut self) {
-        if let Some(task) = &self.rejoin {
-            task.abort();
-        }
+        self.stop();
     }
 }
 
@@ -69,6 +67,14 @@ impl Notifier {
             channels,
             nodes,
             rejoin,
+        }
+    }
+
+    /// Stops the task behind [`rejoins`](Self::rejoins), for good (the client is shut down or
+    /// dropped).
+    pub(crate) fn stop(&self) {
+        if let Some(task) = &self.rejoin {
+            task.abort();
         }
     }
 
@@ -252,16 +258,14 @@ impl Drop for Subscription {
             return;
         }
         // The last local waiter left: unsubscribe, unless a new one arrived meanwhile.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (ch, key, channels, nodes) = (
             self.ch.clone(),
             self.key.clone(),
             self.channels.clone(),
             self.nodes.clone(),
         );
-        runtime.spawn(async move {
+        let tasks = nodes.tasks.clone();
+        tasks.spawn(async move {
             let mut subscribed = ch.subscribed.lock().await;
             if ch.waiters.load(Ordering::Acquire) != 0 {
                 return;

@@ -69,13 +69,26 @@ impl Hold {
     /// until `until` (the end of the lease; by default a default ttl from now). If no runtime
     /// is running, or every try fails, the lock still ends with its lease.
     pub(crate) fn release_in_background(self, until: Option<Instant>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let until = until.unwrap_or_else(|| Instant::now() + DEFAULT_TTL);
-        runtime.spawn(async move {
+        let tasks = self.nodes.tasks.clone();
+        tasks.spawn(async move {
             // Nobody is left to report to; the lease bounds the cost of a failure.
             let _ = self.release(until, u32::MAX, true).await;
+        });
+    }
+
+    /// Releases at `left` from now, in the background, retried until `valid_until`. A client
+    /// shut down before then leaves the hold to its lease: released early, it would not have
+    /// been kept for its minimum hold, and waiting for it would hold up the shutdown.
+    pub(crate) fn release_after(self, left: Duration, valid_until: Instant) {
+        let tasks = self.nodes.tasks.clone();
+        tasks.clone().spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(left) => {
+                    let _ = self.release(valid_until, u32::MAX, true).await;
+                }
+                () = tasks.closed() => {}
+            }
         });
     }
 
@@ -97,12 +110,7 @@ impl Hold {
                 .await?;
             return Ok(extended.is_some());
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(left).await;
-                let _ = self.release(valid_until, u32::MAX, true).await;
-            });
-        }
+        self.release_after(left, valid_until);
         Ok(true)
     }
 }

@@ -2,14 +2,15 @@
 //! public [`Client`](crate::Client) is a handle on it, as bb8's guards hold the pool's inner and
 //! not the public pool.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{HandOffLimits, Replicas};
 use crate::error::Error;
 use crate::holds::Holds;
 use crate::key::LockKey;
+use crate::lease;
 use crate::nodes::Nodes;
 use crate::notify::Notifier;
 use crate::watchdog::Watchdog;
@@ -48,5 +49,61 @@ impl Shared {
     /// The keys of the lock `name`, or why the name is refused.
     pub(crate) fn key(&self, name: &[u8]) -> Result<LockKey, Error> {
         LockKey::new(&self.prefix, name, self.max_name_len)
+    }
+}
+
+/// What [`Client::shutdown`](crate::Client::shutdown) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Shutdown {
+    /// Locks the client still held (their guards alive) that it took back and released.
+    pub released: usize,
+    /// Locks it took back whose release was not confirmed in time (Redis unreachable, or the
+    /// lease had already run out): each frees at the latest when its lease ends.
+    pub unconfirmed: usize,
+    /// Background work (releases of dropped guards, requests left to finish) still running
+    /// when the time given ran out. It goes on while the runtime runs.
+    pub unfinished: usize,
+}
+
+impl Shutdown {
+    /// True when every lock was released and no background work was left.
+    pub fn is_complete(&self) -> bool {
+        self.unconfirmed == 0 && self.unfinished == 0
+    }
+}
+
+impl Shared {
+    /// See [`Client::shutdown`](crate::Client::shutdown).
+    pub(crate) async fn shutdown(&self, within: Duration) -> Shutdown {
+        let deadline = lease::after(Instant::now(), within);
+        let tasks = &self.nodes.tasks;
+        // First: an acquisition that registers its hold after the table is emptied below sees
+        // the client closed and gives the hold back itself.
+        tasks.close();
+        let holds = self.holds.take_all();
+        let taken = holds.len();
+        let released = Arc::new(AtomicUsize::new(0));
+        for (lease, hold) in holds {
+            let held = lease.is_valid();
+            lease.revoke();
+            let until = lease.valid_until();
+            let released = released.clone();
+            tasks.spawn(async move {
+                if let Ok(true) = hold.release(until, u32::MAX, held).await {
+                    released.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        // No lease is left to renew, and no waiter to tell of a reconnection.
+        self.watchdog.stop();
+        self.notifier.stop();
+        let _ = tokio::time::timeout_at(deadline.into(), tasks.idle()).await;
+        let released = released.load(Ordering::Relaxed);
+        Shutdown {
+            released,
+            unconfirmed: taken - released,
+            unfinished: tasks.running(),
+        }
     }
 }

@@ -155,6 +155,7 @@ async fn axum_service() {
         (200, "8".into())
     );
     interrupt(service).await;
+    assert_eq!(next_line(&mut out).await, "stopped: 0 locks released");
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: the status and the body.

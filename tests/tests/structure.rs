@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lease",
             "sync",
             "majority",
+            "tasks",
             "guide",
         ],
     ),

@@ -16,6 +16,7 @@ use crate::majority::Majority;
 use crate::nodes::{Node, NodeSettings, Nodes, Records};
 use crate::notify::Notifier;
 use crate::runtime::Shared;
+use crate::tasks::Tasks;
 use crate::watchdog::Watchdog;
 
 use super::Client;
@@ -344,6 +345,7 @@ impl ClientBuilder {
             majority,
             node_timeout,
             listeners: channels.clone(),
+            tasks: Tasks::default(),
         });
         Ok(self.finish(channels, nodes))
     }
@@ -409,6 +411,7 @@ impl ClientBuilder {
             node_timeout: self.response_timeout,
             listeners: channels.clone(),
             records: Records::new(&self.prefix, 1),
+            tasks: Tasks::default(),
         });
         Ok(self.finish(channels, nodes))
     }

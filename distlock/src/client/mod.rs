@@ -12,7 +12,7 @@ pub use default::{default_client, default_quorum_client, set_default};
 use crate::error::Error;
 use crate::lock::LockRequest;
 use crate::reentrant;
-use crate::runtime::Shared;
+use crate::runtime::{Shared, Shutdown};
 use crate::setnx;
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
@@ -270,6 +270,32 @@ impl Client {
     /// Locks whose leases the watchdog is renewing right now.
     pub fn renewing(&self) -> usize {
         self.inner.watchdog.len()
+    }
+
+    /// Shuts the client down, for a service that stops: every clone of it takes no more
+    /// locks ([`Error::ShutDown`]; acquisitions waiting now end with it), every lock it still
+    /// holds is taken back and released (their guards report the lease lost: a locked fn's
+    /// body is cancelled and returns [`Error::LeaseLost`], as its work stopped part-way), and
+    /// this waits, at most `within`, for those releases and for the ones already going on in
+    /// the background (dropped guards, abandoned attempts). What is not done by then goes on
+    /// while the runtime runs, and every lock still frees when its lease ends.
+    ///
+    /// A lock kept for its [`min_hold`](crate::LockRequest::min_hold) is not released early:
+    /// its lease ends it. The connections close when the last clone of the client and the
+    /// last guard are dropped. Calling it again returns at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) {
+    /// # async fn serve() {}
+    /// serve().await; // until the service is told to stop
+    /// let report = locks.shutdown(std::time::Duration::from_secs(5)).await;
+    /// if !report.is_complete() {
+    ///     eprintln!("locks left to their leases: {report:?}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, within: std::time::Duration) -> Shutdown {
+        self.inner.shutdown(within).await
     }
 
     pub(crate) fn inner(&self) -> &Arc<Shared> {

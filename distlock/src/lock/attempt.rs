@@ -226,9 +226,8 @@ impl Plan<'_> {
                 lease: lease.clone(),
             })
         });
-        self.shared
-            .holds
-            .hold(&self.key, self.context, lease.clone());
+        let hold = self.hold(id);
+        self.shared.holds.hold(&hold, self.context, lease.clone());
         let tenure = self.terms.clone().map(|terms| Tenure {
             terms,
             context: self.context,
@@ -243,7 +242,7 @@ impl Plan<'_> {
             registration: Registration { watch, held: true },
             tenure,
         };
-        Guard::new(self.shared, self.hold(id), parts)
+        Guard::new(self.shared, hold, parts)
     }
 
     /// Takes a hold a local holder handed over (see `handoff`): the lease, its renewal and the
@@ -252,7 +251,7 @@ impl Plan<'_> {
         transfer.armed = false;
         self.shared
             .holds
-            .hold(&transfer.hold.key, self.context, transfer.lease.clone());
+            .hold(&transfer.hold, self.context, transfer.lease.clone());
         let tenure = self.terms.clone().map(|terms| Tenure {
             terms,
             context: self.context,
@@ -282,7 +281,40 @@ pub(super) async fn acquire(
     wait: Duration,
     labels: Arc<Labels>,
 ) -> Result<(Guard, u32), Error> {
-    attempts(Plan::new(asked, wait, labels)?).await
+    let plan = Plan::new(asked, wait, labels)?;
+    let (shared, key) = (plan.shared, plan.key.clone());
+    let tasks = &shared.nodes.tasks;
+    if tasks.is_closed() {
+        return Err(shut_down(&key));
+    }
+    // Counted until the guard is out or the attempt given back: `Client::shutdown` waits for
+    // what an acquisition it interrupted leaves behind.
+    let _in_flight = tasks.count();
+    match attempts(plan).await {
+        // Taken as the client closed, after `shutdown` took back the holds it knew: give it
+        // back too.
+        Ok((guard, _)) if tasks.is_closed() => {
+            drop(guard);
+            Err(shut_down(&key))
+        }
+        outcome => outcome,
+    }
+}
+
+fn shut_down(key: &LockKey) -> Error {
+    Error::ShutDown {
+        name: key.name().to_owned(),
+    }
+}
+
+/// `wait`, cut short when the client closes (then `Err`). Only around the waits: an attempt
+/// in flight ends by itself within the response timeout.
+async fn unless_closed<F: Future>(shared: &Shared, wait: F) -> Result<F::Output, ()> {
+    tokio::select! {
+        biased;
+        done = wait => Ok(done),
+        () = shared.nodes.tasks.closed() => Err(()),
+    }
 }
 
 async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
@@ -300,7 +332,12 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
     // it: a reader can get in beside the readers inside). A re-entry never queues: those
     // tasks wait for the very hold it extends.
     if waits && !plan.algorithm.shared && !plan.reentry {
-        waiter.arrive(plan.wait).await;
+        if unless_closed(shared, waiter.arrive(plan.wait))
+            .await
+            .is_err()
+        {
+            return Err(shut_down(&plan.key));
+        }
         if let Some(transfer) = waiter.take_handed() {
             return Ok((plan.adopt(transfer), 0));
         }
@@ -393,7 +430,10 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
                 None => plan.timeout(started, attempts),
             });
         }
-        waiter.pause(holder_ttl, error.is_some(), left).await;
+        let pause = waiter.pause(holder_ttl, error.is_some(), left);
+        if unless_closed(shared, pause).await.is_err() {
+            return Err(shut_down(&plan.key));
+        }
         if let Some(transfer) = waiter.take_handed() {
             return Ok((plan.adopt(transfer), attempts));
         }

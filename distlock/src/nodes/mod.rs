@@ -44,6 +44,7 @@ use crate::error::{Error, NodeError};
 use crate::identity;
 use crate::key::{Kind, LockKey};
 use crate::majority::Majority;
+use crate::tasks::Tasks;
 pub(crate) use health::until_answered;
 pub(crate) use node::{Node, NodeSettings};
 pub(crate) use records::Records;
@@ -67,6 +68,8 @@ pub(crate) struct Nodes {
     pub(crate) listeners: Arc<dyn Listeners>,
     /// The process's record on each node, naming the holders of this client's holds.
     pub(crate) records: Records,
+    /// The client's background work, and whether it is closed.
+    pub(crate) tasks: Tasks,
 }
 
 /// Who listens for a lock's releases in this process: a setnx release publishes for them even
@@ -179,7 +182,7 @@ impl Nodes {
             let write = self.records.write_lacking(site, conns, self.node_timeout);
             Box::pin(write).await;
         }
-        self.records.rewrite_if_old(&self.nodes);
+        self.records.rewrite_if_old(&self.nodes, &self.tasks);
         if let Some(mut conn) = self.single(id) {
             self.nodes[0].eviction.check(&mut conn).await?;
             let server = &self.nodes[0].quirks;
@@ -413,7 +416,7 @@ impl Nodes {
                 break;
             }
         }
-        finish_in_background(answers);
+        finish_in_background(&self.tasks, answers);
         if let Some(lease) = self.majority.least_agreed(&mut yes) {
             return Ok(Some(lease));
         }
@@ -432,7 +435,7 @@ impl Nodes {
 
 /// Leaves the requests still on their way to finish in a task of their own (their answers
 /// can change nothing: the outcome was decided).
-fn finish_in_background<F>(answers: FuturesUnordered<F>)
+fn finish_in_background<F>(tasks: &Tasks, answers: FuturesUnordered<F>)
 where
     F: Future + Send + 'static,
     F::Output: Send,
@@ -442,9 +445,7 @@ where
     }
     // Inside `async` code run by Tokio there is always a runtime; without one the requests are
     // dropped, and the releases that follow go to every node all the same.
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(answers.for_each(|_| async {}));
-    }
+    tasks.spawn(answers.for_each(|_| async {}));
 }
 
 /// One node's answer to one request: bounded by the per-node timeout; a node not counted now

@@ -18,6 +18,7 @@ use redis::Value;
 use crate::conn::Conn;
 use crate::identity::{self, Described};
 use crate::key::record_key;
+use crate::tasks::Tasks;
 
 use super::Node;
 
@@ -94,7 +95,7 @@ impl Records {
     }
 
     /// Writes a record again in the background where its last write is over a minute old.
-    pub(crate) fn rewrite_if_old(&self, nodes: &[Node]) {
+    pub(crate) fn rewrite_if_old(&self, nodes: &[Node], tasks: &Tasks) {
         let now = now_ms();
         let every = REWRITE_EVERY.as_millis() as u64;
         for (node, w) in nodes.iter().zip(&self.written) {
@@ -109,12 +110,9 @@ impl Records {
             {
                 continue;
             }
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
             let mut conn: Conn = node.conn.clone();
             let cmd = self.write_cmd();
-            runtime.spawn(async move {
+            tasks.spawn(async move {
                 let _ =
                     tokio::time::timeout(REWRITE_EVERY, cmd.query_async::<Value>(&mut conn)).await;
             });

@@ -212,6 +212,13 @@ impl Drop for Watching {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Watchdog {
+    /// Stops renewing, for good (the client is shut down or dropped).
+    pub(crate) fn stop(&self) {
         self.task.abort();
     }
 }
@@ -244,7 +251,7 @@ async fn schedule(shared: &Shared, nodes: &Nodes) {
         let (started, next) = start_due(shared);
         if started {
             // A client that only renews keeps its holders' record alive too.
-            nodes.records.rewrite_if_old(&nodes.nodes);
+            nodes.records.rewrite_if_old(&nodes.nodes, &nodes.tasks);
             for work in &shared.work {
                 work.notify_one();
             }
