@@ -167,3 +167,47 @@ async fn a_user_without_info_is_told_what_to_grant() {
         "{refused}"
     );
 }
+
+/// Nor does a printed client, or any error a URL with a password can produce, printed either
+/// way (`{}` in a message, `{:?}` in a log line or a panic).
+#[tokio::test]
+async fn no_client_or_error_prints_a_password() {
+    let secret = "s3cret-pw";
+    let server = RedisServer::start_with(&["--requirepass", secret]);
+    let port = server.port();
+    let locks = Client::connect(&format!("redis://:{secret}@127.0.0.1:{port}"))
+        .await
+        .expect("the right password works");
+    let printed = format!("{locks:?}");
+    assert!(!printed.contains(secret), "{printed}");
+    let free = RedisServer::start();
+    let dead_port = free.port();
+    drop(free);
+    let errors = [
+        // Refused by the server.
+        Client::connect(&format!("redis://:{secret}-wrong@127.0.0.1:{port}")).await,
+        // Nobody listening.
+        Client::connect(&format!("redis://u:{secret}@127.0.0.1:{dead_port}")).await,
+        // Not a Redis URL.
+        Client::connect(&format!("http://u:{secret}@127.0.0.1:{port}")).await,
+        Client::connect(&format!("redis://u:{secret}@[::1")).await,
+        // A quorum with one node down, and a bad prefix.
+        Client::quorum_builder([
+            format!("redis://u:{secret}@127.0.0.1:{dead_port}"),
+            format!("redis://u:{secret}@127.0.0.1:{dead_port}"),
+            format!("redis://u:{secret}@127.0.0.1:{dead_port}"),
+        ])
+        .connect()
+        .await,
+        Client::builder(&format!("redis://:{secret}@127.0.0.1:{port}"))
+            .prefix("a{b}")
+            .connect()
+            .await,
+    ];
+    for result in errors {
+        let err = result.expect_err("refused");
+        for printed in [err.to_string(), format!("{err:?}"), format!("{err:#?}")] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+    }
+}
