@@ -329,3 +329,27 @@ async fn killed_holder_frees_the_lock_after_its_ttl_not_before() {
     );
     g.release().await.expect("release");
 }
+
+/// What the boxed rare paths and the hand-written futures buy: the futures every acquisition
+/// and release moves stay within a budget, so a change that inflates them (a large state held
+/// across an `.await`, an unboxed rare branch) fails here rather than in the benchmark.
+#[tokio::test]
+async fn the_acquire_and_release_futures_stay_within_their_budget() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let acquire = std::mem::size_of_val(&locks.lock("size").acquire());
+    let try_acquire = std::mem::size_of_val(&locks.lock("size").try_acquire());
+    let guard = locks.lock("size").try_acquire().await.expect("free");
+    let release = std::mem::size_of_val(
+        &locks
+            .lock("other")
+            .try_acquire()
+            .await
+            .expect("free")
+            .release(),
+    );
+    let sizes = format!("acquire {acquire} B, try_acquire {try_acquire} B, release {release} B");
+    assert!(acquire <= 4096 && try_acquire <= 4096, "{sizes}");
+    assert!(release <= 1152, "{sizes}");
+    drop(guard);
+}
