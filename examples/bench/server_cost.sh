@@ -99,11 +99,19 @@ echo "  3f6cc74, trailing empty arguments off:  $(per_call trimmed "$(set_first 
 echo "  940a782 (1 key, 1 argument, ${#DESCRIBED}-byte value): $(per_call derivedlong "$(set_first "$DERIVED")" script 1 "$KEY" "$DESCRIBED")"
 echo "  c6639ba (1 key, 1 argument, ${#SHORT}-byte value, mark made in the script): $(per_call derived "$(set_first "$DERIVED")" script 1 "$KEY" "$SHORT")"
 echo "  now (2 keys: the mark declared, 1 argument, ${#SHORT}-byte value): $(per_call short "$(set_first "$RELEASE")" script 2 "$KEY" "$WAITED" "$SHORT")"
+# The publish and the other-mode check as a shared prelude of local functions (as fence.lua is
+# for the fence mint): what one script of every mode would carry in front of its body.
+PRELUDE="local function wake(channel, id, sharded) redis.pcall(sharded and 'spublish' or 'publish', channel, id or '') end
+local function other_mode(key) local kind = redis.call('type', key).ok if kind == 'hash' and redis.call('pttl', key) >= 0 then if redis.call('hexists', key, 'owner') == 1 then return 'reentrant' end return redis.call('hget', key, 'mode') or 'write' end return nil, kind end
+"
+PRELUDED="$PRELUDE$(echo "$RELEASE" | sed "s/redis.pcall(ARGV\\[4\\] == 's' and 'spublish' or 'publish', KEYS\\[1\\], ARGV\\[3\\] or '')/wake(KEYS[1], ARGV[3], ARGV[4] == 's')/")"
+echo "  now, with a shared prelude (publish and other-mode check as local functions): $(per_call preluded "$(set_first "$PRELUDED")" script 2 "$KEY" "$WAITED" "$SHORT")"
 echo "uncontended cycle, per SET + release pair:"
 echo "  limit (32-byte token):                  $(per_call limitcycle "$LIMIT" limit "$TOKEN")"
 echo "  limit (${#SHORT}-byte token):                  $(per_call limitshort "$LIMIT" limit "$SHORT")"
 echo "  c6639ba, a caller that waits (no GET), ${#SHORT}-byte value: $(per_call derivedwaiter "$DERIVED" waiter "$SHORT")"
 echo "  distlock, a caller that waits (no GET), ${#SHORT}-byte value: $(per_call waiter "$RELEASE" waiter2 "$SHORT")"
+echo "  the same with the shared prelude:       $(per_call waiterpreluded "$PRELUDED" waiter2 "$SHORT")"
 echo "  c6639ba, a caller that does not wait (SET .. GET), ${#SHORT}-byte value: $(per_call derivedcycle "$DERIVED" cycle "$SHORT")"
 echo "  SET .. GET (a caller that does not wait):"
 for value in "$TOKEN" "$SHORT" "$TOKEN	host=vm-1234" "$TOKEN	host=vm-1234abcd	pid=1" "$DESCRIBED"; do
