@@ -26,10 +26,13 @@ async fn hold_many(locks: &Client, prefix: &str, n: usize, ttl: Duration) -> Vec
             let locks = locks.clone();
             let name = format!("{prefix}:{i}");
             async move {
+                // Free, but a quorum node may miss the 100 ms node timeout on a loaded
+                // machine: the acquire loop tries again.
                 locks
                     .lock(name)
                     .ttl(ttl)
-                    .try_acquire()
+                    .wait(Duration::from_secs(60))
+                    .acquire()
                     .await
                     .expect("a free lock")
             }
