@@ -12,10 +12,6 @@ use crate::key::LockKey;
 use crate::lease;
 use crate::nodes::Nodes;
 
-/// Tries of a release before `release()` returns the transport error and leaves the rest to a
-/// background task (the lock still frees by then, at the latest when its lease runs out).
-pub(crate) const RELEASE_TRIES: u32 = 3;
-
 /// One acquisition's hold on the servers, as a release names it.
 #[derive(Clone)]
 pub(crate) struct Hold {
@@ -26,17 +22,13 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// Sends the release, and again after a transport failure, at most `tries` times and not
-    /// past `until` (the lease has ended by then and there is nothing left to free). True
-    /// when the release freed the hold. A retry that finds nothing counts as released only
-    /// when `held` (the lease was still ours when the release was sent): the earlier try,
-    /// whose answer was lost, freed it. Otherwise the hold was already gone.
-    pub(crate) async fn release(
-        &self,
-        until: Instant,
-        tries: u32,
-        held: bool,
-    ) -> Result<bool, Error> {
+    /// Sends the release, and again after a transport failure (a reconnection, a client
+    /// following a failover) while `until` has not passed: the end of the lease, after which
+    /// there is nothing left to free, or sooner when a caller waits for the answer. True when
+    /// the release freed the hold. A retry that finds nothing counts as released only when
+    /// `held` (the lease was still ours when the release was sent): the earlier try, whose
+    /// answer was lost, freed it. Otherwise the hold was already gone.
+    pub(crate) async fn release(&self, until: Instant, held: bool) -> Result<bool, Error> {
         let mut pause = Duration::from_millis(2);
         let mut tried = 0;
         loop {
@@ -47,7 +39,7 @@ impl Hold {
                 .await
             {
                 Ok(released) => return Ok(released || (tried > 1 && held)),
-                Err(e) if e.is_retryable() && tried < tries && Instant::now() < until => {
+                Err(e) if e.is_retryable() && Instant::now() < until => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
@@ -61,7 +53,7 @@ impl Hold {
     /// (the hold is gone either way); false leaves it to the caller's background release.
     pub(crate) async fn give_back_now(&self, ttl: Duration) -> bool {
         let until = Instant::now() + ttl;
-        self.release(until, RELEASE_TRIES, true).await.is_ok()
+        self.release(until, true).await.is_ok()
     }
 
     /// Releases without blocking the caller: `Drop` cannot await, and blocking a runtime
@@ -73,7 +65,7 @@ impl Hold {
         let tasks = self.nodes.tasks.clone();
         tasks.spawn(async move {
             // Nobody is left to report to; the lease bounds the cost of a failure.
-            let _ = self.release(until, u32::MAX, true).await;
+            let _ = self.release(until, true).await;
         });
     }
 
@@ -85,7 +77,7 @@ impl Hold {
         tasks.clone().spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(left) => {
-                    let _ = self.release(valid_until, u32::MAX, true).await;
+                    let _ = self.release(valid_until, true).await;
                 }
                 () = tasks.closed() => {}
             }

@@ -211,3 +211,38 @@ async fn no_client_or_error_prints_a_password() {
         }
     }
 }
+
+/// A release during a short outage (the connections reset, new ones refused for a moment, as
+/// while a client follows a failover) rides it out: it is sent again until a connection is
+/// back, within the response timeout. (It gave up after three tries a few milliseconds
+/// apart: `release()` failed, though Redis was back almost at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_rides_out_a_short_outage() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start_for(&server);
+    let locks = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect");
+    let guard = locks.lock("outage").try_acquire().await.expect("free");
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    let proxy = std::sync::Arc::new(proxy);
+    let back = tokio::spawn({
+        let proxy = proxy.clone();
+        async move {
+            // The outage's length: the fault itself, not a wait for an event.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proxy.refuse_new(false);
+        }
+    });
+    let released = guard.release().await;
+    back.await.expect("the outage ends");
+    assert!(released.is_ok(), "{released:?}");
+    let mut raw = server.async_connection().await;
+    let exists: bool = redis::AsyncCommands::exists(&mut raw, lock_key("outage"))
+        .await
+        .expect("EXISTS");
+    assert!(!exists, "the lock is still held");
+}
