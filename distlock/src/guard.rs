@@ -168,11 +168,11 @@ impl Guard {
     /// is then left alone: it may be someone else's now).
     ///
     /// A release whose reply is lost is sent again (it names this acquisition, so a second
-    /// try frees nothing more), and a transport failure is tried again for about the client's
-    /// response timeout (a reconnection; a Sentinel client following a failover); after that
-    /// the transport error is returned and the release goes on in the background while the
-    /// lease lasts. Dropping this future
-    /// before it finished also finishes the release in the background.
+    /// try frees nothing more), and a transport failure is tried again, at least three times
+    /// and for about the client's response timeout (a silent connection replaced, a
+    /// reconnection, a Sentinel client following a failover); after that the transport error
+    /// is returned and the release goes on in the background while the lease lasts. Dropping
+    /// this future before it finished also finishes the release in the background.
     ///
     /// When another task of this client waits for the same setnx lock on the same terms, the
     /// hold passes straight to it and no command is sent (see
@@ -225,12 +225,12 @@ impl Guard {
                     Err(e) => Err(e),
                 };
             }
-            // A transport failure is tried again for about a response timeout (time for a
-            // reconnection, or to follow a failover); then `Drop` carries on in the background.
+            // Patience for a reconnection or a failover; then `Drop` carries on in the
+            // background.
             let until = self.lease.valid_until();
             let patience = lease::after(Instant::now(), self.shared.response_timeout);
             let held = self.lease.is_valid();
-            let result = self.hold.release(until.min(patience), held).await;
+            let result = self.hold.release(until, Some(patience), held).await;
             match result {
                 Ok(released) => {
                     self.released = true;

@@ -12,6 +12,10 @@ use crate::key::LockKey;
 use crate::lease;
 use crate::nodes::Nodes;
 
+/// Tries a release gets before a waiting caller's patience can stop it: the first may go to a
+/// connection not yet found silent, the second to its replacement.
+pub(crate) const RELEASE_TRIES: u32 = 3;
+
 /// One acquisition's hold on the servers, as a release names it.
 #[derive(Clone)]
 pub(crate) struct Hold {
@@ -22,24 +26,34 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// Sends the release, and again after a transport failure (a reconnection, a client
-    /// following a failover) while `until` has not passed: the end of the lease, after which
-    /// there is nothing left to free, or sooner when a caller waits for the answer. True when
-    /// the release freed the hold. A retry that finds nothing counts as released only when
-    /// `held` (the lease was still ours when the release was sent): the earlier try, whose
-    /// answer was lost, freed it. Otherwise the hold was already gone.
-    pub(crate) async fn release(&self, until: Instant, held: bool) -> Result<bool, Error> {
+    /// Sends the release, and again after a transport failure (a lost reply, a silent
+    /// connection replaced, a reconnection, a client following a failover) until `until`, the
+    /// end of the lease, after which there is nothing left to free. A caller waiting for the
+    /// answer gives its `patience`: past it, a release that has been tried
+    /// [`RELEASE_TRIES`] times stops. True when the release freed the hold. A retry that finds
+    /// nothing counts as released only when `held` (the lease was still ours when the release
+    /// was sent): the earlier try, whose answer was lost, freed it. Otherwise the hold was
+    /// already gone.
+    pub(crate) async fn release(
+        &self,
+        until: Instant,
+        patience: Option<Instant>,
+        held: bool,
+    ) -> Result<bool, Error> {
         let mut pause = Duration::from_millis(2);
         let mut tried = 0;
         loop {
             tried += 1;
+            let again = |now: Instant| {
+                now < until && (tried < RELEASE_TRIES || patience.is_none_or(|p| now < p))
+            };
             match self
                 .nodes
                 .release(self.algorithm, &self.key, &self.id)
                 .await
             {
                 Ok(released) => return Ok(released || (tried > 1 && held)),
-                Err(e) if e.is_retryable() && Instant::now() < until => {
+                Err(e) if e.is_retryable() && again(Instant::now()) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
@@ -53,7 +67,7 @@ impl Hold {
     /// (the hold is gone either way); false leaves it to the caller's background release.
     pub(crate) async fn give_back_now(&self, ttl: Duration) -> bool {
         let until = Instant::now() + ttl;
-        self.release(until, true).await.is_ok()
+        self.release(until, None, true).await.is_ok()
     }
 
     /// Releases without blocking the caller: `Drop` cannot await, and blocking a runtime
@@ -65,7 +79,7 @@ impl Hold {
         let tasks = self.nodes.tasks.clone();
         tasks.spawn(async move {
             // Nobody is left to report to; the lease bounds the cost of a failure.
-            let _ = self.release(until, true).await;
+            let _ = self.release(until, None, true).await;
         });
     }
 
@@ -77,7 +91,7 @@ impl Hold {
         tasks.clone().spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(left) => {
-                    let _ = self.release(valid_until, true).await;
+                    let _ = self.release(valid_until, None, true).await;
                 }
                 () = tasks.closed() => {}
             }

@@ -90,7 +90,7 @@ impl Shared {
             let until = lease.valid_until();
             let released = released.clone();
             tasks.spawn(async move {
-                if let Ok(true) = hold.release(until, held).await {
+                if let Ok(true) = hold.release(until, None, held).await {
                     released.fetch_add(1, Ordering::Relaxed);
                 }
             });
