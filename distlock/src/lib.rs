@@ -160,6 +160,7 @@ mod client;
 mod config;
 mod conn;
 mod context;
+mod election;
 mod error;
 mod guard;
 mod handoff;
@@ -190,6 +191,7 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
 };
 pub use context::LockContext;
+pub use election::{Election, Leader, Leadership};
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use inspect::{ForcedUnlock, Holder, LockInfo, Reader, FORCED_RECORD_KEPT};
