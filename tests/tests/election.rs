@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{lock_key, pttl, CONTENDER};
 use distlock::{Client, Error, Leader};
 use distlock_testkit::{
-    wait_until_async, FaultProxy, Observer, RedisCluster, RedisServer, RedisServers,
+    wait_until_async, FaultProxy, Observer, RedisCluster, RedisSentinel, RedisServer, RedisServers,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -441,9 +441,9 @@ async fn a_leader_learns_of_its_loss_before_its_servers_lease_ends() {
     let mut server = RedisServer::start();
     let locks = connect(&server.url()).await;
     let name = "e-frozen";
-    // The drift allowance is 1 % of the ttl + 2 ms: 102 ms between the leader's deadline and
-    // the server's lease end, room for resuming the server and asking it.
-    let ttl = Duration::from_secs(10);
+    // The drift allowance is 1 % of the ttl + 2 ms: 202 ms between the leader's deadline and
+    // the server's lease end, room for resuming the server and asking it on a loaded machine.
+    let ttl = Duration::from_secs(20);
     let leadership = locks
         .election(name)
         .ttl(ttl)
@@ -509,6 +509,46 @@ async fn a_quorum_election_reports_the_quorums_term_and_outlives_a_frozen_node()
     second.resign().await.expect("resign");
     seen(&mut leader, "the resignation", Option::is_none).await;
     servers[2].resume();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_through_sentinel() {
+    let deployment = RedisSentinel::start();
+    let (urls, master) = (deployment.sentinel_urls(), deployment.master_name());
+    let client = || async {
+        Client::sentinel(urls.clone(), master)
+            .await
+            .expect("connect through the sentinels")
+    };
+    let (a, b, watcher) = (client().await, client().await, client().await);
+    let name = "e-sentinel";
+    let ttl = Duration::from_secs(30);
+    let mut leader = watcher
+        .election(name)
+        .ttl(ttl)
+        .observe()
+        .await
+        .expect("observe");
+    let first = a.election(name).ttl(ttl).campaign().await.expect("lead");
+    let t1 = first.term();
+    seen(&mut leader, "the leader", |l| term(l) == Some(t1)).await;
+    let candidate = {
+        let b = b.clone();
+        tokio::spawn(async move { b.election(name).ttl(ttl).campaign().await })
+    };
+    first.resign().await.expect("resign");
+    let second = tokio::time::timeout(EVENT_LIMIT, candidate)
+        .await
+        .expect("the candidate leads after the resignation")
+        .expect("task")
+        .expect("lead");
+    assert!(second.term() > t1, "terms {t1} then {}", second.term());
+    seen(&mut leader, "the next leader", |l| {
+        term(l) == Some(second.term())
+    })
+    .await;
+    drop(second);
+    seen(&mut leader, "the dropped leadership", Option::is_none).await;
 }
 
 // ---------------------------------------------------------------------------------------------
