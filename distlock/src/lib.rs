@@ -88,6 +88,9 @@
 //!   reader asking to upgrade gets [`Error::Upgrade`] at once.
 //! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
 //!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
+//! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
+//!   this process leads, and its [`Leadership`] has a term (the fencing token) and reports its
+//!   loss before the server's lease ends; `observe()` follows who leads.
 //!
 //! How each works: [the design guide](guide::design).
 //!
