@@ -89,11 +89,13 @@ impl Notifier {
 
     /// Joins the queue of `channel`, subscribing the connection if this is its first waiter.
     /// The subscription is confirmed before this returns, so a release published afterwards
-    /// cannot be missed. Returns whether this call sent the SUBSCRIBE: that caller must
-    /// re-check the lock once before sleeping, since a release just before the subscription
-    /// reached nobody. Later joiners need not, unless they may share the lock: such a release
-    /// was either heard by this process or preceded the first joiner's re-check, which takes
-    /// an exclusive lock for itself but lets only itself into a shared one (readers compare
+    /// cannot be missed. Returns whether this call sent the SUBSCRIBE or is the first waiter
+    /// on a channel subscribed already (by an observer, or by waiters gone meanwhile): that
+    /// caller must re-check the lock once before sleeping, since a release just before the
+    /// subscription (or its own arrival) reached nobody here. Later joiners
+    /// need not, unless they may share the lock: such a release was either heard by this
+    /// process or preceded the first joiner's re-check, which takes an exclusive lock for
+    /// itself but lets only itself into a shared one (readers compare
     /// [`Subscription::wake_alls`], which counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
@@ -131,8 +133,8 @@ impl Notifier {
         };
         let mut subscribed = ch.subscribed.lock().await;
         if !subscribed.is_empty() {
-            // The first waiter re-checks even when an observer subscribed the channel: the
-            // subscription may postdate its last attempt, and a release between the two
+            // The first waiter re-checks even on a channel subscribed already (an observer's):
+            // the subscription may postdate its last attempt, and a release between the two
             // reached nobody.
             return Ok((subscription, first_waiter));
         }

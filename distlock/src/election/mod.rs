@@ -113,8 +113,8 @@ impl Election {
     }
 
     /// How long [`campaign`](Self::campaign) waits to lead before it fails with
-    /// [`Error::Timeout`]; by default it waits as long as it takes (also through an outage
-    /// of Redis).
+    /// [`Error::Timeout`] (zero: one attempt, [`Error::Busy`] if another leads); by default
+    /// it waits as long as it takes, also through an outage of Redis.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self

@@ -150,7 +150,9 @@ impl Watcher {
         let mut ready = Some(ready);
         let mut sender: Option<watch::Sender<Option<Leader>>> = None;
         let mut subscription: Option<Subscription> = None;
-        let mut retry = FIRST_RETRY;
+        // The pauses before reading again after a failed read, and before listening again
+        // after a failed subscription.
+        let (mut retry, mut relisten) = (FIRST_RETRY, FIRST_RETRY);
         // Until when the leader last read may still lead.
         let mut trusted_until = None;
         loop {
@@ -207,6 +209,16 @@ impl Watcher {
             };
             let Some(sender) = &sender else {
                 return;
+            };
+            // Not listening (the subscription failed): listen again soon rather than after
+            // the whole pause.
+            let pause = if subscription.is_none() {
+                let soon = relisten.min(pause);
+                relisten = (relisten * 2).min(MAX_RETRY).min(self.ttl);
+                soon
+            } else {
+                relisten = FIRST_RETRY;
+                pause
             };
             tokio::select! {
                 biased;
