@@ -18,7 +18,7 @@
 //! each side counts entries that find the other side inside (`Observer::enter_excluding`).
 //!
 //! In `elect` mode the process campaigns, prints `LEAD <term>` when it leads, then acts as
-//! leader every few milliseconds while `is_leader()` (`Observer::lead`, with the term and the
+//! leader every few milliseconds while its lease lasts (`Observer::lead`, with the term and the
 //! deadline its lease gives), until `lost()` resolves (`LOST <term>`, then it campaigns
 //! again) or a `resign` line comes on stdin (`RESIGNED <term>`, then it waits for a
 //! `campaign` line).
@@ -372,11 +372,15 @@ async fn elect(locks: &Client, observer: &Observer, ttl: Duration) {
                         _ => std::process::exit(0),
                     }
                 }
-                Event::Tick if leadership.is_leader() => {
-                    let deadline = std::time::SystemTime::now() + leadership.remaining();
-                    observer.lead(term, &me, deadline).await;
+                Event::Tick => {
+                    // The clock first: a stop between the two reads leaves a deadline before
+                    // the stop (the lease read after it is zero), never one after it.
+                    let now = std::time::SystemTime::now();
+                    let left = leadership.remaining();
+                    if !left.is_zero() {
+                        observer.lead(term, &me, now + left).await;
+                    }
                 }
-                Event::Tick => {}
             }
         }
     }
