@@ -7,8 +7,7 @@
 //! ttl. Each read also marks the lock as waited for, so that the leader's resignation
 //! publishes even where no candidate waits (`mark.lua`).
 
-use std::sync::Arc;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -58,7 +57,8 @@ pub struct Leader {
 impl Election {
     /// Follows who leads: a [`watch::Receiver`] holding the current [`Leader`] (`None` while
     /// nobody leads), read before this returns and kept up to date by a background task
-    /// until every receiver is dropped (clone the receiver rather than observing twice).
+    /// until every receiver is dropped (clone the receiver rather than observing twice; the
+    /// task keeps the client's connections open meanwhile).
     ///
     /// The changes come as events: a resignation is seen within about a round trip (the
     /// release publishes on the election's channel: every read marks the lock so that it
