@@ -20,6 +20,10 @@ use crate::sync::lock;
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
 
+/// The payload of a message that frees nothing (a new leader saying it took the lock, see
+/// `election`): it wakes the channel's observers, never a waiter.
+pub(crate) const TAKEN: &[u8] = b"taken";
+
 /// Lock key to its channel's state. Keys can come from user input: a seeded hasher, but not
 /// SipHash, which cost more than the lookups themselves.
 type ChannelMap = HashMap<Arc<[u8]>, Arc<Channel>, foldhash::quality::RandomState>;
@@ -49,6 +53,12 @@ pub(crate) struct Channel {
     pub(crate) released: Notify,
     /// Live subscriptions of this process to the channel.
     pub(crate) waiters: AtomicUsize,
+    /// Live subscriptions of observers (see `notify::Role::Observer`): they keep the channel
+    /// subscribed, but take no wake-up and queue nobody.
+    pub(crate) observers: AtomicUsize,
+    /// Wakes every observer at each message heard, and when messages may have gone unheard
+    /// (the subscriptions' connection lost or back, the subscription dropped).
+    pub(crate) observed: Notify,
     /// Serialises SUBSCRIBE / UNSUBSCRIBE for the channel; the nodes subscribed on.
     pub(crate) subscribed: tokio::sync::Mutex<Vec<usize>>,
     /// Wake-up ids of releases heard lately, so one heard from several nodes wakes once.
@@ -88,6 +98,8 @@ impl Channel {
         Arc::new(Channel {
             released: Notify::new(),
             waiters: AtomicUsize::new(0),
+            observers: AtomicUsize::new(0),
+            observed: Notify::new(),
             subscribed: tokio::sync::Mutex::new(Vec::new()),
             heard: Mutex::new(VecDeque::new()),
             holder_until: Mutex::new(None),
@@ -171,6 +183,11 @@ impl Channels {
                 let Some(ch) = self.lock().get(key).cloned() else {
                     return;
                 };
+                // An observer is counted, and listens, from before its read of the lock: it
+                // cannot miss this message.
+                if ch.observers.load(Ordering::Acquire) > 0 {
+                    ch.observed.notify_waiters();
+                }
                 // A release that frees the lock for many (a writer leaving a read/write lock
                 // lets every reader in) says so; any other wakes one waiter.
                 match push.data.get(1) {
@@ -179,6 +196,7 @@ impl Channels {
                         ch.released.notify_waiters();
                         ch.released.notify_one();
                     }
+                    Some(Value::BulkString(payload)) if payload.as_slice() == TAKEN => {}
                     Some(Value::BulkString(id)) if !id.is_empty() => {
                         if ch.first_hearing(id) {
                             ch.released.notify_one();
@@ -200,9 +218,12 @@ impl Channels {
                 let Some(ch) = self.lock().get(key).cloned() else {
                     return;
                 };
-                if ch.waiters.load(Ordering::Acquire) > 0 {
+                if ch.waiters.load(Ordering::Acquire) > 0
+                    || ch.observers.load(Ordering::Acquire) > 0
+                {
                     ch.dropped.store(true, Ordering::Release);
                     ch.released.notify_waiters();
+                    ch.observed.notify_waiters();
                 }
             }
             // Releases published while the connection was down are lost: let every waiter
@@ -298,6 +319,7 @@ impl Channels {
     pub(crate) fn forget_if_idle(&self, key: &[u8], ch: &Arc<Channel>) {
         let mut map = self.lock();
         let idle = ch.waiters.load(Ordering::Acquire) == 0
+            && ch.observers.load(Ordering::Acquire) == 0
             && ch.subscribed.try_lock().is_ok_and(|s| s.is_empty());
         if idle && map.get(key).is_some_and(|c| Arc::ptr_eq(c, ch)) {
             map.remove(key);
@@ -308,10 +330,11 @@ impl Channels {
         lock(&self.map)
     }
 
-    /// Wakes every sleeping waiter of this process for one attempt.
+    /// Wakes every sleeping waiter of this process for one attempt, and every observer.
     pub(crate) fn wake_all(&self) {
         for ch in self.lock().values() {
             ch.released.notify_waiters();
+            ch.observed.notify_waiters();
         }
     }
 

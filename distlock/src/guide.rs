@@ -7,7 +7,8 @@
 //! * [`deployments`]: one node, Sentinel, Cluster and Redlock; replication, replica
 //!   acknowledgement, fencing across failovers; the failure model and what each fault costs.
 //! * [`design`]: what a lock promises and the protocol behind it; how each mode, the wake-ups,
-//!   the local hand-off, the connections and the watchdog work; where a cycle's cost goes.
+//!   the local hand-off, the connections and the watchdog work; leader election; where a
+//!   cycle's cost goes.
 //! * [`verification`]: each property and where it is checked, the test suite, the protocol
 //!   models, fuzzing, the examples.
 

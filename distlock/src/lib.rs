@@ -88,6 +88,9 @@
 //!   reader asking to upgrade gets [`Error::Upgrade`] at once.
 //! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
 //!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
+//! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
+//!   this process leads, and its [`Leadership`] has a term (the fencing token) and reports its
+//!   loss before the server's lease ends; `observe()` follows who leads.
 //!
 //! How each works: [the design guide](guide::design).
 //!
@@ -160,6 +163,7 @@ mod client;
 mod config;
 mod conn;
 mod context;
+mod election;
 mod error;
 mod guard;
 mod handoff;
@@ -191,6 +195,7 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
 };
 pub use context::LockContext;
+pub use election::{Election, Leader, Leadership};
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use inspect::{ForcedUnlock, Holder, LockInfo, Reader, FORCED_RECORD_KEPT};

@@ -95,32 +95,54 @@ impl Notifier {
 
     /// Joins the queue of `channel`, subscribing the connection if this is its first waiter.
     /// The subscription is confirmed before this returns, so a release published afterwards
-    /// cannot be missed. Returns whether this call sent the SUBSCRIBE: that caller must
-    /// re-check the lock once before sleeping, since a release just before the subscription
-    /// reached nobody. Later joiners need not, unless they may share the lock: such a release
-    /// was either heard by this process or preceded the first joiner's re-check, which takes
-    /// an exclusive lock for itself but lets only itself into a shared one (readers compare
+    /// cannot be missed. Returns whether this call sent the SUBSCRIBE or is the first waiter
+    /// on a channel subscribed already (by an observer, or by waiters gone meanwhile): that
+    /// caller must re-check the lock once before sleeping, since a release just before the
+    /// subscription (or its own arrival) reached nobody here. Later joiners
+    /// need not, unless they may share the lock: such a release was either heard by this
+    /// process or preceded the first joiner's re-check, which takes an exclusive lock for
+    /// itself but lets only itself into a shared one (readers compare
     /// [`Subscription::wake_alls`], which counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
         key: &LockKey,
     ) -> redis::RedisResult<(Subscription, bool)> {
-        let ch = {
+        self.join(key, Role::Waiter).await
+    }
+
+    /// Listens to `key`'s channel as an observer (see [`Role::Observer`]), subscribing the
+    /// connection if nobody here listens yet; confirmed, as with [`subscribe`](Self::subscribe),
+    /// before this returns.
+    pub(crate) async fn observe(&self, key: &LockKey) -> redis::RedisResult<Subscription> {
+        Ok(self.join(key, Role::Observer).await?.0)
+    }
+
+    async fn join(&self, key: &LockKey, role: Role) -> redis::RedisResult<(Subscription, bool)> {
+        let (ch, first_waiter) = {
             let mut map = self.channels.lock();
             let ch = Channels::entry(&mut map, key);
-            ch.waiters.fetch_add(1, Ordering::AcqRel);
-            self.channels.waiting.fetch_add(1, Ordering::AcqRel);
-            ch
+            let before = match role {
+                Role::Waiter => {
+                    self.channels.waiting.fetch_add(1, Ordering::AcqRel);
+                    ch.waiters.fetch_add(1, Ordering::AcqRel)
+                }
+                Role::Observer => ch.observers.fetch_add(1, Ordering::AcqRel),
+            };
+            (ch, role == Role::Waiter && before == 0)
         };
         let subscription = Subscription {
             key: key.clone(),
             ch: ch.clone(),
             channels: Arc::downgrade(&self.channels),
             nodes: self.nodes.clone(),
+            role,
         };
         let mut subscribed = ch.subscribed.lock().await;
         if !subscribed.is_empty() {
-            return Ok((subscription, false));
+            // The first waiter re-checks even on a channel subscribed already (an observer's):
+            // the subscription may postdate its last attempt, and a release between the two
+            // reached nobody.
+            return Ok((subscription, first_waiter));
         }
         let channel = key.channel();
         let nodes = &self.nodes;
@@ -187,12 +209,25 @@ impl Notifier {
     }
 }
 
-/// One waiter's place in a channel's queue; leaving the last place unsubscribes.
+/// Who listens to a lock's channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A task waiting for the lock: each release wakes one waiter, and local newcomers queue
+    /// behind the waiters.
+    Waiter,
+    /// A task that only watches who holds the lock (see `election`): woken by every message
+    /// ([`Subscription::changed`]), it takes no waiter's wake-up and queues nobody.
+    Observer,
+}
+
+/// One waiter's place in a channel's queue (or an observer's); leaving the last place
+/// unsubscribes.
 pub(crate) struct Subscription {
     key: LockKey,
     ch: Arc<Channel>,
     channels: Weak<Channels>,
     nodes: Arc<Nodes>,
+    role: Role,
 }
 
 impl Subscription {
@@ -230,6 +265,13 @@ impl Subscription {
         self.ch.wake_alls.load(Ordering::Acquire)
     }
 
+    /// Resolves at the next message heard on the channel, or when messages may have gone
+    /// unheard (see [`Channel::observed`]). Enable it before reading the lock, so that a
+    /// message during the read is not missed.
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ch.observed.notified()
+    }
+
     /// The lock's probe among this process's waiters.
     pub(crate) fn probing(&self) -> &Arc<Probing> {
         &self.ch.probing
@@ -251,13 +293,21 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(channels) = self.channels.upgrade() {
-            channels.waiting.fetch_sub(1, Ordering::AcqRel);
-        }
-        if self.ch.waiters.fetch_sub(1, Ordering::AcqRel) != 1 {
+        let (mine, others) = match self.role {
+            Role::Waiter => {
+                if let Some(channels) = self.channels.upgrade() {
+                    channels.waiting.fetch_sub(1, Ordering::AcqRel);
+                }
+                (&self.ch.waiters, &self.ch.observers)
+            }
+            Role::Observer => (&self.ch.observers, &self.ch.waiters),
+        };
+        // SeqCst: a waiter and an observer leaving together must not both see the other
+        // still there.
+        if mine.fetch_sub(1, Ordering::SeqCst) != 1 || others.load(Ordering::SeqCst) != 0 {
             return;
         }
-        // The last local waiter left: unsubscribe, unless a new one arrived meanwhile.
+        // The last local listener left: unsubscribe, unless a new one arrived meanwhile.
         let (ch, key, channels, nodes) = (
             self.ch.clone(),
             self.key.clone(),
@@ -267,7 +317,8 @@ impl Drop for Subscription {
         let tasks = nodes.tasks.clone();
         tasks.spawn(async move {
             let mut subscribed = ch.subscribed.lock().await;
-            if ch.waiters.load(Ordering::Acquire) != 0 {
+            if ch.waiters.load(Ordering::Acquire) != 0 || ch.observers.load(Ordering::Acquire) != 0
+            {
                 return;
             }
             // Whether an UNSUBSCRIBE whose answer was lost took effect is unknown: count the

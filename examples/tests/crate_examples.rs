@@ -130,6 +130,49 @@ async fn scheduled_job_runs_once_per_period_across_instances() {
 }
 
 #[tokio::test]
+async fn leader_runs_the_job_and_hands_over_when_stopped() {
+    let server = RedisServer::start();
+    let env = [("REDIS_URL", server.url())];
+    let term = |line: String| -> u64 {
+        line.strip_prefix("leading, term ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+    };
+    let (first, mut first_out) = start("leader", &env);
+    assert_eq!(next_line(&mut first_out).await, "campaigning");
+    let t1 = term(next_line(&mut first_out).await);
+    assert_eq!(
+        next_line(&mut first_out).await,
+        format!("job: working as the leader of term {t1}")
+    );
+    // A second instance waits while the first leads.
+    let (second, mut second_out) = start("leader", &env);
+    assert_eq!(next_line(&mut second_out).await, "campaigning");
+    interrupt(first).await;
+    let stopped = std::time::Instant::now();
+    loop {
+        let line = next_line(&mut first_out).await;
+        if line == "resigned" {
+            break;
+        }
+        assert!(line.starts_with("job: "), "{line}");
+    }
+    // It takes over at once: by the resignation, not by the first one's 10 s lease.
+    let t2 = term(next_line(&mut second_out).await);
+    assert!(t2 > t1, "terms {t1} then {t2}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "took over {:?} after the first stopped",
+        stopped.elapsed()
+    );
+    assert_eq!(
+        next_line(&mut second_out).await,
+        format!("job: working as the leader of term {t2}")
+    );
+    interrupt(second).await;
+}
+
+#[tokio::test]
 async fn axum_service() {
     let server = RedisServer::start();
     let env = [

@@ -10,7 +10,7 @@
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
 //! | acquisition | runtime, lock, guard |
-//! | facade | client, inspect |
+//! | facade | client, inspect, election |
 //! | support | private (`__private`), cli, fuzz, the crate root |
 //!
 //! Within a layer, modules import each other one way only. A module that is not in the table
@@ -46,7 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["handoff", "channels", "notify", "probe", "holds", "wait"],
     ),
     ("acquisition", &["runtime", "lock", "guard"]),
-    ("facade", &["client", "inspect"]),
+    ("facade", &["client", "inspect", "election"]),
     ("support", &["private", "cli", "fuzz", "lib", "bin"]),
 ];
 

@@ -357,8 +357,11 @@ fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
 }
 
 /// The lock's state, and the description of its reported holder when it points to a
-/// process's record.
-fn parse_info(key: &LockKey, reply: Value) -> Result<(LockInfo, Option<Described>), Error> {
+/// process's record (also an election observer's read, see `election::observe`).
+pub(crate) fn parse_info(
+    key: &LockKey,
+    reply: Value,
+) -> Result<(LockInfo, Option<Described>), Error> {
     let bad = || {
         Error::redis(
             Op::Inspect,

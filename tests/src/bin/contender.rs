@@ -6,6 +6,7 @@
 //! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
 //! contender spread KIND URL OBSERVER PREFIX LOCKS TASKS SECONDS  # TASKS tasks on locks PREFIX-0..LOCKS
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
+//! contender elect URL OBSERVER NAME TTL_MS             # a candidate of the election NAME (below)
 //! ```
 //! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
 //! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum,
@@ -15,6 +16,12 @@
 //! KIND may also be `read` or `write` (the two sides of a read/write lock). In `rw` mode the
 //! writers use the observer name `<NAME>-w` and the readers a probe of their own, `<NAME>-r`;
 //! each side counts entries that find the other side inside (`Observer::enter_excluding`).
+//!
+//! In `elect` mode the process campaigns, prints `LEAD <term>` when it leads, then acts as
+//! leader every few milliseconds while its lease lasts (`Observer::lead`, with the term and the
+//! deadline its lease gives), until `lost()` resolves (`LOST <term>`, then it campaigns
+//! again) or a `resign` line comes on stdin (`RESIGNED <term>`, then it waits for a
+//! `campaign` line).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -75,6 +82,12 @@ async fn main() {
             let run_for = Duration::from_secs(number(seconds) as u64);
             let sections = spread(&locks_client, kind, observers, number(tasks), run_for).await;
             println!("DONE {sections}");
+        }
+        ["elect", url, observer, name, ttl_ms] => {
+            let locks = connect(url).await;
+            let observer = Observer::connect(observer, name).await;
+            let ttl = Duration::from_millis(number(ttl_ms) as u64);
+            elect(&locks, &observer, ttl).await;
         }
         ["hold", kind, url, name, ttl_ms] => {
             let locks = connect(url).await;
@@ -311,4 +324,64 @@ async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {
     std::io::stdout().flush().expect("flush stdout");
     // Hold until killed: the test kills this process with SIGKILL, so no release runs.
     std::future::pending::<()>().await;
+}
+
+/// How often a leader acts.
+const LEADER_TICK: Duration = Duration::from_millis(5);
+
+/// A candidate, then leader, of the election named after the observer (see the module doc).
+async fn elect(locks: &Client, observer: &Observer, ttl: Duration) {
+    use tokio::io::AsyncBufReadExt;
+
+    let me = std::process::id().to_string();
+    let election = locks.election(observer.name()).ttl(ttl);
+    let mut commands = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let say = |line: String| {
+        println!("{line}");
+        std::io::stdout().flush().expect("flush stdout");
+    };
+    loop {
+        let leadership = election.campaign().await.expect("campaign");
+        let term = leadership.term();
+        say(format!("LEAD {term}"));
+        enum Event {
+            Lost,
+            Resign,
+            Tick,
+        }
+        loop {
+            let event = tokio::select! {
+                _ = leadership.lost() => Event::Lost,
+                line = commands.next_line() => match line.expect("read stdin").as_deref() {
+                    Some("resign") => Event::Resign,
+                    // The test ended (stdin closed) or said something else.
+                    _ => std::process::exit(0),
+                },
+                () = tokio::time::sleep(LEADER_TICK) => Event::Tick,
+            };
+            match event {
+                Event::Lost => {
+                    say(format!("LOST {term}"));
+                    break;
+                }
+                Event::Resign => {
+                    leadership.resign().await.expect("resign");
+                    say(format!("RESIGNED {term}"));
+                    match commands.next_line().await.expect("read stdin").as_deref() {
+                        Some("campaign") => break,
+                        _ => std::process::exit(0),
+                    }
+                }
+                Event::Tick => {
+                    // The clock first: a stop between the two reads leaves a deadline before
+                    // the stop (the lease read after it is zero), never one after it.
+                    let now = std::time::SystemTime::now();
+                    let left = leadership.remaining();
+                    if !left.is_zero() {
+                        observer.lead(term, &me, now + left).await;
+                    }
+                }
+            }
+        }
+    }
 }

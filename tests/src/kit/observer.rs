@@ -49,6 +49,33 @@ redis.call('SET', KEYS[1], ARGV[1])
 return 1
 ";
 
+/// Accepts a leader's action when its term is at least every term accepted before (from the
+/// same holder, for an equal term) and the server's clock has not passed the leader's
+/// deadline; counts the refusals: `stale-terms` (an older term acting after a newer one, or
+/// two holders acting in one term: two leaders at once) and `late` (past the deadline the
+/// leader gave). Each newly accepted term is appended to `terms`.
+const LEAD_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now > tonumber(ARGV[3]) then
+  redis.call('INCR', KEYS[4])
+  return -2
+end
+local term = tonumber(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if term < last or (term == last and redis.call('GET', KEYS[2]) ~= ARGV[2]) then
+  redis.call('INCR', KEYS[3])
+  return -1
+end
+if term > last then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('RPUSH', KEYS[5], ARGV[1])
+end
+redis.call('INCR', KEYS[6])
+return 1
+";
+
 /// Records what the holders of a distributed lock actually did, in a Redis
 /// server that is *not* one of the lock's nodes and never receives faults.
 ///
@@ -58,7 +85,9 @@ return 1
 /// Afterwards a test asserts `violations() == 0` and `counter() == acked()`.
 ///
 /// Keys used on the observer server: `occ:<name>`, `violations:<name>`,
-/// `max:<name>`, `counter:<name>`, `acked:<name>`, `fence:<name>`, `stale:<name>`.
+/// `max:<name>`, `counter:<name>`, `acked:<name>`, `fence:<name>`, `stale:<name>`; for
+/// leaders ([`lead`](Self::lead)): `term:<name>`, `leader:<name>`, `stale-terms:<name>`,
+/// `late:<name>`, `terms:<name>`, `acts:<name>`.
 ///
 /// Methods panic (with the observer's name and address) if the observer
 /// server cannot be reached: it is test infrastructure, not the system under test.
@@ -193,6 +222,54 @@ impl Observer {
         self.check("fence", result) == 1
     }
 
+    /// An action of the leader of an election, as a store that takes the leader's term and
+    /// deadline would see it: accepted (1) when `term` is at least every term accepted before
+    /// (and, for an equal term, comes from the same `holder`) and the observer server's clock
+    /// has not passed `deadline` (what the leader's lease had left when it decided to act,
+    /// from the wall clock of the same host); refused as stale (-1: an older term after a
+    /// newer one acted, or two holders acting in one term) or as late (-2).
+    pub async fn lead(&self, term: u64, holder: &str, deadline: std::time::SystemTime) -> i64 {
+        static SCRIPT: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(LEAD_SCRIPT));
+        let deadline_ms = deadline
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let result = SCRIPT
+            .key(self.key("term"))
+            .key(self.key("leader"))
+            .key(self.key("stale-terms"))
+            .key(self.key("late"))
+            .key(self.key("terms"))
+            .key(self.key("acts"))
+            .arg(term)
+            .arg(holder)
+            .arg(deadline_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        self.check("lead", result)
+    }
+
+    /// Leaders' actions refused by [`lead`](Self::lead) as stale: two leaders at once.
+    pub async fn stale_terms(&self) -> u64 {
+        self.read("stale-terms").await
+    }
+
+    /// Leaders' actions refused by [`lead`](Self::lead) as late.
+    pub async fn late(&self) -> u64 {
+        self.read("late").await
+    }
+
+    /// Leaders' actions accepted by [`lead`](Self::lead).
+    pub async fn acts(&self) -> u64 {
+        self.read("acts").await
+    }
+
+    /// The terms [`lead`](Self::lead) accepted, in the order they first acted.
+    pub async fn terms(&self) -> Vec<u64> {
+        let result = self.conn.clone().lrange(self.key("terms"), 0, -1).await;
+        self.check("terms", result)
+    }
+
     /// Fencing tokens refused by [`fence`](Self::fence) for not being larger than the last.
     pub async fn stale_tokens(&self) -> u64 {
         self.read("stale").await
@@ -234,6 +311,12 @@ impl Observer {
             "acked",
             "fence",
             "stale",
+            "term",
+            "leader",
+            "stale-terms",
+            "late",
+            "terms",
+            "acts",
         ]
         .map(|k| self.key(k));
         let result = self.conn.clone().del(&keys).await;

@@ -1,0 +1,155 @@
+//! Leading: the guard of the election's lock, with its term, and the new leader's announcement.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::channels::TAKEN;
+use crate::conn::within;
+use crate::error::{Error, Op};
+use crate::guard::Guard;
+use crate::key::LockKey;
+use crate::runtime::Shared;
+
+/// This process leads an election, until [`resign`](Leadership::resign), drop, or loss.
+///
+/// It is the guard of the election's lock ([`Guard`]): its lease is measured on the local
+/// clock from when the request was sent, minus an allowance for clock drift (1 % + 2 ms), so
+/// its local deadline comes strictly before the server's lease ends and a leader learns of its
+/// loss before any other candidate can win, even when the server goes silent (the watchdog's
+/// renewals unanswered). [`is_leader`](Self::is_leader) turns false at that deadline and
+/// [`lost`](Self::lost) resolves, whatever Redis says or does not say.
+///
+/// What no lease can prevent is a leader that stalls (a GC pause, a frozen VM, `SIGSTOP`)
+/// between checking [`is_leader`](Self::is_leader) and acting: it then acts late, maybe after
+/// another took over. Hand [`term`](Self::term) to what the leader writes to, and have it
+/// refuse a term smaller than one it has seen.
+///
+/// Dropping it resigns at once, in the background (as dropping a guard releases the lock),
+/// so a service that shuts down hands over without waiting for its lease to run out.
+#[must_use = "dropping the leadership resigns at once"]
+pub struct Leadership {
+    guard: Guard,
+    term: u64,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("name", &self.guard.name())
+            .field("term", &self.term)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// A leadership won with `guard` (the fenced acquisition of `key`), announced to the
+    /// election's observers.
+    pub(super) fn new(shared: &Shared, key: LockKey, guard: Guard) -> Result<Leadership, Error> {
+        let Some(term) = guard.fencing_token() else {
+            // A fenced acquisition always carries a token; a server that answered otherwise is
+            // not one to lead on. The guard gives the lock back as it drops.
+            return Err(Error::redis(
+                Op::Acquire,
+                key.name(),
+                (
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "the election's lock was granted without a fencing token",
+                )
+                    .into(),
+            ));
+        };
+        announce(shared, key);
+        Ok(Leadership { guard, term })
+    }
+
+    /// This leadership's term: the fencing token of its acquisition, strictly greater than the
+    /// term of every earlier leadership of this election (also across a restart of a server
+    /// without persistence: tokens are floored at the server's clock). Pass it with every
+    /// write the leader makes, and have the store refuse a term smaller than one it has seen.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// True while this process leads: not resigned, not lost, the lease not run out by the
+    /// local deadline (which comes before the server's lease ends).
+    pub fn is_leader(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Resolves when the leadership is lost (a renewal refused, or none succeeded before the
+    /// local deadline, which comes before the server's lease ends: it fires by that deadline
+    /// even when the server is silent) with the [`Error::LeaseLost`] to report. Never resolves
+    /// while the leadership lasts: race it against the leader's work, and stop the work when
+    /// it resolves.
+    ///
+    /// ```no_run
+    /// # async fn demo(leadership: distlock::Leadership) -> Result<(), distlock::Error> {
+    /// # async fn lead(term: u64) {}
+    /// tokio::select! {
+    ///     () = lead(leadership.term()) => leadership.resign().await,
+    ///     lost = leadership.lost() => Err(lost),
+    /// }
+    /// # }
+    /// ```
+    pub async fn lost(&self) -> Error {
+        self.guard.lost().await
+    }
+
+    /// Steps down: frees the election's lock at once, which wakes the next candidate (it
+    /// leads within about a round trip) and tells the observers. Fails with
+    /// [`Error::NotOwner`] if the leadership had already been lost (nothing is freed: the lock
+    /// may be another leader's). A resignation whose reply is lost is sent again, and
+    /// finished in the background if this future is dropped.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+
+    /// How long this leadership can still be trusted (zero once lost or run out).
+    pub fn remaining(&self) -> Duration {
+        self.guard.remaining()
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+}
+
+/// Tells the election's observers that a leader took the lock: a message on the lock's
+/// wake-up channel that wakes observers and no waiter (see `channels::TAKEN`). Sent in the
+/// background, best-effort, on every node: an observer that misses it reads the lock again
+/// within a ttl.
+fn announce(shared: &Shared, key: LockKey) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (nodes, limit) = (shared.nodes.clone(), answer_limit(shared));
+    runtime.spawn(async move {
+        let channel = key.channel();
+        let sends = nodes.nodes.iter().map(|node| {
+            let mut conn = node.conn.clone();
+            let mut publish = redis::cmd(if conn.sharded() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            });
+            publish.arg(&channel).arg(TAKEN);
+            async move {
+                let _ = within(limit, publish.query_async::<Value>(&mut conn)).await;
+            }
+        });
+        futures_util::future::join_all(sends).await;
+    });
+}
+
+/// How long a read or an announcement waits for one node: a quorum node's timeout, or the
+/// connection's own response timeout.
+pub(super) fn answer_limit(shared: &Shared) -> Duration {
+    if shared.nodes.is_quorum() {
+        shared.nodes.node_timeout
+    } else {
+        shared.response_timeout
+    }
+}
