@@ -216,3 +216,27 @@ async fn a_quorum_client_releases_on_every_node() {
         assert!(!exists(server, "q").await);
     }
 }
+
+/// An election's leader is taken back like any lock (its `lost()` resolves) and observers of
+/// the client stop: their receivers see the sender gone.
+#[tokio::test]
+async fn a_leader_and_the_observers_end_with_the_client() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let election = locks.election("leader");
+    let leadership = election.campaign().await.expect("nobody else runs");
+    let mut observed = election.observe().await.expect("observe");
+    let report = locks.shutdown(Duration::from_secs(30)).await;
+    assert!(report.is_complete() && report.released == 1, "{report:?}");
+    leadership.lost().await;
+    assert!(!leadership.is_leader());
+    assert!(
+        observed.changed().await.is_err(),
+        "the observer outlived the client"
+    );
+    assert!(!exists(&server, "leader").await);
+    assert!(matches!(
+        election.observe().await,
+        Err(Error::ShutDown { .. })
+    ));
+}

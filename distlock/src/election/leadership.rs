@@ -122,11 +122,9 @@ impl Leadership {
 /// background, best-effort, on every node: an observer that misses it reads the lock again
 /// within a ttl.
 fn announce(shared: &Shared, key: LockKey) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let (nodes, limit) = (shared.nodes.clone(), answer_limit(shared));
-    runtime.spawn(async move {
+    let tasks = nodes.tasks.clone();
+    tasks.spawn(async move {
         let channel = key.channel();
         let sends = nodes.nodes.iter().map(|node| {
             let mut conn = node.conn.clone();

@@ -90,9 +90,12 @@ impl Election {
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>, Error> {
         let key = self.shared.key(&self.name)?;
         let ttl = Duration::from_millis(lease::ttl_ms(self.ttl)?);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Err(Error::config("observing an election needs a Tokio runtime"));
-        };
+        let tasks = self.shared.nodes.tasks.clone();
+        if tasks.is_closed() {
+            return Err(Error::ShutDown {
+                name: key.name().to_owned(),
+            });
+        }
         let (ready, first) = oneshot::channel();
         let watcher = Watcher {
             shared: self.shared.clone(),
@@ -100,7 +103,16 @@ impl Election {
             ttl,
             known: None,
         };
-        runtime.spawn(watcher.run(ready));
+        // Ends with the client's shutdown: its receivers then see the sender gone.
+        let spawned = tasks.clone().spawn(async move {
+            tokio::select! {
+                () = watcher.run(ready) => {}
+                () = tasks.closed() => {}
+            }
+        });
+        if !spawned {
+            return Err(Error::config("observing an election needs a Tokio runtime"));
+        }
         first.await.unwrap_or_else(|_| {
             Err(Error::config(
                 "the election's observer stopped before its first read",
