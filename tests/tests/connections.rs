@@ -287,18 +287,33 @@ async fn held_elsewhere(server: &RedisServer) -> distlock::Guard {
 
 /// `rounds` times: `held` (another client's) answers busy, a free lock is taken and released.
 /// On a connection whose answers went to the wrong requests, one of them answers otherwise.
+/// A call that times out (a loaded machine, a server still busy with a large request) is
+/// made again: a timeout is no answer, and a wrong one shows in the calls after it.
 async fn answers_stay_with_their_requests(client: &Client, held: &str, rounds: usize) {
+    let mut timeouts = 0;
     for round in 0..rounds {
-        let busy = client.lock(held).try_acquire().await;
+        let busy = loop {
+            match client.lock(held).try_acquire().await {
+                Err(e) if e.is_transient() && timeouts < rounds => timeouts += 1,
+                busy => break busy,
+            }
+        };
         assert!(
             matches!(busy, Err(Error::Busy { .. })),
             "round {round}: the held lock answered {busy:?}"
         );
-        let free = client
-            .lock(format!("free:{round}"))
-            .try_acquire()
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: a free lock answered {e:?}"));
+        let free = loop {
+            // A fresh name each try: one that timed out may have taken its lock meanwhile.
+            match client
+                .lock(format!("free:{round}:{timeouts}"))
+                .try_acquire()
+                .await
+            {
+                Err(e) if e.is_transient() && timeouts < rounds => timeouts += 1,
+                free => break free,
+            }
+        };
+        let free = free.unwrap_or_else(|e| panic!("round {round}: a free lock answered {e:?}"));
         free.release().await.expect("release");
     }
 }
