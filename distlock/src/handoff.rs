@@ -1,5 +1,5 @@
-//! Local hand-off: a released setnx lock goes straight to the next task of this process that
-//! waits for it, with no round trip.
+//! Local hand-off: a released setnx lock (or semaphore permit) goes straight to the next task
+//! of this process that waits for it, with no round trip.
 //!
 //! Redis sees one hold: the lock keeps its value and its lease, the watchdog keeps renewing
 //! it, and the tasks of this process pass it along in arrival order. Mutual exclusion holds
@@ -47,6 +47,9 @@ pub(crate) fn slots_open() -> bool {
 #[derive(Clone)]
 pub(crate) struct Terms {
     pub(crate) algorithm: &'static Algorithm,
+    /// A semaphore's number of permits: a waiter asking for another is refused by the
+    /// server, never handed a permit.
+    pub(crate) permits: Option<u32>,
     pub(crate) ttl_ms: u64,
     pub(crate) period: Duration,
     pub(crate) labels: Arc<Labels>,
@@ -56,6 +59,7 @@ pub(crate) struct Terms {
 impl Terms {
     fn matches(&self, other: &Terms) -> bool {
         std::ptr::eq(self.algorithm, other.algorithm)
+            && self.permits == other.permits
             && self.ttl_ms == other.ttl_ms
             && self.period == other.period
             && *self.labels == *other.labels

@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set, or for a semaphore), then (semaphore) the permits asked for | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` / `{-4, recorded, asked}` (semaphore) |
 //! | release | lock (its string is its channel), then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!

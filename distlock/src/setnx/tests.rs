@@ -32,6 +32,7 @@ fn ask(waits: bool, fencing: bool) -> Ask {
         want_holder_ttl: true,
         waits,
         fencing,
+        permits: None,
     }
 }
 
