@@ -213,7 +213,7 @@ pub use redis::RedisError;
 /// `async fn` into acquire, watchdog renewal, body, release. See their own docs for the
 /// arguments and their defaults.
 #[doc(inline)]
-pub use distlock_macros::{distributed_lock, read_lock, write_lock};
+pub use distlock_macros::{distributed_lock, read_lock, semaphore, write_lock};
 
 // Runtime support for the lock attributes: the code they generate calls `__private::run`.
 // `Lease` and `lease()` are the part a locked body uses directly.
