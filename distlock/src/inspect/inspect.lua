@@ -13,7 +13,7 @@ if kind == 'string' then
 elseif kind == 'hash' then
   payload = redis.call('hgetall', KEYS[1])
 elseif kind == 'zset' then
-  payload = redis.call('zrange', KEYS[1], 0, -1, 'withscores')
+  payload = redis.call('zrange', KEYS[1], '0', '-1', 'withscores')
 end
 local counter = redis.pcall('get', KEYS[2])
 if type(counter) ~= 'string' then

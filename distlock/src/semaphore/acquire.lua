@@ -24,7 +24,7 @@ if limit and limit ~= asked then
 end
 local mine = limit and tonumber(redis.call('zscore', KEYS[1], owner))
 if limit and not mine and redis.call('zcard', KEYS[1]) - 1 >= limit then
-  local first = redis.call('zrange', KEYS[1], 1, 1, 'withscores')
+  local first = redis.call('zrange', KEYS[1], '1', '1', 'withscores')
   return {0, math.max(1, tonumber(first[2]) - now)}
 end
 local fence = -1

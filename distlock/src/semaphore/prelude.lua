@@ -55,7 +55,7 @@ local function load(now)
   if not limit or limit >= 0 then
     return nil, {-1, 'sorted set that is not a semaphore'}
   end
-  redis.call('zremrangebyscore', KEYS[1], 0, now)
+  redis.call('zremrangebyscore', KEYS[1], '0', int(now))
   if redis.call('zcard', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])
     return nil
@@ -65,7 +65,7 @@ end
 
 -- The key lives until the latest live lease, and is deleted once no permit is held.
 local function settle(now)
-  local last = redis.call('zrange', KEYS[1], -1, -1, 'withscores')
+  local last = redis.call('zrange', KEYS[1], '-1', '-1', 'withscores')
   local ends = tonumber(last[2])
   if not ends or ends <= now then
     redis.call('del', KEYS[1])

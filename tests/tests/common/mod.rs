@@ -307,7 +307,10 @@ pub async fn every_mode_works(locks: &Client, prefix: &str) {
         })
     };
     p1.release().await.expect("release");
-    let p3 = waiter.await.expect("task").expect("the waiter gets a permit");
+    let p3 = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets a permit");
     p2.release().await.expect("release");
     p3.release().await.expect("release");
 }
