@@ -13,8 +13,9 @@
 //! (default 25 ms) of when it was taken from Redis. Then the release is a real one (the lock is freed and the wake-up published) and
 //! the waiters of every process, this one's included, race for it on equal terms.
 //!
-//! Only holds that are interchangeable pass: the same mode, ttl, renewal period and labels,
-//! renewed by the watchdog, with a lease that still has at least half its ttl to run, and no
+//! Only holds that are interchangeable pass: the same mode (and a semaphore's number of
+//! permits), ttl, renewal period and labels, renewed by the watchdog, with a lease that still
+//! has at least half its ttl to run, and no
 //! option that gives an acquisition something of its own (a fencing token, replica
 //! acknowledgement, `max_hold`, `min_hold`). A waiter whose request differs is served by a
 //! real release, and those behind it wait their turn.

@@ -336,6 +336,50 @@ async fn a_release_wakes_one_waiter() {
     }
 }
 
+/// A permit released while a task of the same client waits for one passes to it with no
+/// command to Redis (the local hand-off): the server sees one unbroken permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_permit_passes_to_a_local_waiter_without_a_command() {
+    let server = RedisServer::start();
+    let locks = Client::builder(&server.url())
+        .local_handoff(8, Duration::from_secs(3600))
+        .connect()
+        .await
+        .expect("connect");
+    let held = locks
+        .semaphore("passed", 1)
+        .try_acquire()
+        .await
+        .expect("free");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .semaphore("passed", 1)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let ready = wait_until_async(EVENT_LIMIT, || async {
+        distlock::__private::handoff_waiters(&locks, "passed") == 1
+    })
+    .await;
+    assert!(ready, "the waiter sleeps in its hand-off slot");
+    let before = members(&server, "passed").await;
+    let scripts = server.commandstats().get("evalsha").copied();
+    held.release().await.expect("release");
+    let passed = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the permit");
+    assert!(passed.is_held());
+    assert_eq!(server.commandstats().get("evalsha").copied(), scripts);
+    assert_eq!(members(&server, "passed").await, before, "the same permit");
+    passed.release().await.expect("release");
+    assert_eq!(common::pttl(&server, "passed").await, -2);
+}
+
 /// Every holder's fenced permit gets a token of its own, each above every token minted
 /// before for the name (the counter beside the semaphore, in its slot).
 #[tokio::test]

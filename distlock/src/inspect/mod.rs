@@ -97,7 +97,8 @@ pub struct LockInfo {
     /// The exclusive holder (setnx, reentrant, or the writer), with the description of its
     /// first acquisition.
     pub holder: Option<Holder>,
-    /// The exclusive holder's acquisitions (re-entry depth), or the read holds in all.
+    /// The exclusive holder's acquisitions (re-entry depth), the read holds in all, or a
+    /// semaphore's permits held.
     pub hold_count: u32,
     /// Readers of a read/write lock.
     pub readers: Vec<Reader>,
