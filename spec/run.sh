@@ -45,6 +45,8 @@ prop_pattern() {
     mutex) echo 'gst\[' ;;                  # a guard says held (G_HELD) beside another
     fence) echo 'ctr>maxtok' ;;             # a token not above every earlier one
     reentry) echo 'r==0' ;;                 # a re-entry answered busy
+    limit) echo 'gst\[.*<=' ;;               # more guards held than a semaphore's permits
+    frees) echo 'gl\[' ;;                    # a permit outlived its own holder's lease
     settles) echo 'acceptance cycle' ;;     # the liveness claim
     *) echo "$1" ;;
   esac
@@ -144,6 +146,8 @@ if [ "$long" = 0 ]; then
   run verified rwlock           rwlock.pml    -
   run live     rwlock-settles   rwlock.pml    - -DMAXATT=1 -DFAULTS=0
   run verified redlock          redlock.pml   -
+  run verified semaphore        semaphore.pml -
+  run live     semaphore-settles semaphore.pml - -DMAXATT=1 -DFAULTS=0
 else
   run verified setnx            setnx.pml     - -DFAULTS=2
   run verified setnx-3clients   setnx.pml     - -DNC=3 -DONE_FULL
@@ -154,6 +158,8 @@ else
   run verified rwlock           rwlock.pml    - -DFAULTS=2
   run live     rwlock-settles   rwlock.pml    - -DMAXATT=1
   run verified redlock          redlock.pml   - -DFAULTS=2
+  run verified semaphore        semaphore.pml - -DFAULTS=2
+  run live     semaphore-settles semaphore.pml -
 fi
 
 # Negative controls: the protocol before each fix must fail. First the two bugs the models
@@ -170,6 +176,10 @@ run control  old-extend-reentrant  reentrant.pml mutex -DOLD_EXTEND
 run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
 run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
 run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOLD_FLOOR
+# Then the semaphore's designs that must fail: permits sharing one expiry, and a retry that
+# finds its own permit without renewing it.
+run control  one-key-semaphore     semaphore.pml frees -DONE_KEY
+run control  retry-no-renew-semaphore semaphore.pml limit -DRETRY_NO_RENEW
 
 wait
 report

@@ -25,6 +25,7 @@ const ARGUMENTS: &[&str] = &[
     "ttl",
     "wait",
     "mode",
+    "permits",
     "watchdog",
     "on_busy",
     "on_lost",
@@ -68,6 +69,10 @@ const ALIASES: &[(&str, &str)] = &[
     ("fence", "fencing"),
     ("fencing_token", "fencing"),
     ("fenced", "fencing"),
+    ("limit", "permits"),
+    ("max_permits", "permits"),
+    ("concurrency", "permits"),
+    ("max_concurrent", "permits"),
 ];
 
 /// The attribute's arguments, each parsed on its own, each keeping its span.
@@ -81,6 +86,7 @@ pub struct LockArgs {
     pub ttl: Option<Spanned<Duration>>,
     pub wait: Option<Spanned<Duration>>,
     pub mode: Option<Spanned<Mode>>,
+    pub permits: Option<Spanned<u32>>,
     pub watchdog: Option<Spanned<WatchdogArg>>,
     pub on_busy: Option<Spanned<OnBusy>>,
     pub on_lost: Option<Spanned<OnLost>>,
@@ -169,11 +175,26 @@ impl LockArgs {
         if !ARGUMENTS.contains(&name.as_str()) {
             return Err(unknown_argument(attr, &arg.name));
         }
+        if name == "mode" && attr == AttrKind::Semaphore {
+            return Err(syn::Error::new(
+                arg.name.span(),
+                "`mode` is not an argument of `#[semaphore]`: a semaphore has its own algorithm (a sorted set of permits on one node or one cluster slot, never a Redlock quorum); remove `mode`",
+            ));
+        }
         if name == "mode" && attr != AttrKind::Distributed {
             return Err(syn::Error::new(
                 arg.name.span(),
                 format!(
                     "`mode` is not an argument of `#[{}]`: read/write locks pick their own algorithm (a reader/writer hash on one node or one cluster slot); remove `mode`, or use `#[distributed_lock(mode = ..)]` for an exclusive lock",
+                    attr.name()
+                ),
+            ));
+        }
+        if name == "permits" && attr != AttrKind::Semaphore {
+            return Err(syn::Error::new(
+                arg.name.span(),
+                format!(
+                    "`permits` is not an argument of `#[{}]`, which admits one holder (or readers); to admit up to n holders at once use `#[semaphore(key = .., permits = n)]`",
                     attr.name()
                 ),
             ));
@@ -190,7 +211,12 @@ impl LockArgs {
             "ttl" => self.ttl = Some(duration(&name, value)?),
             "wait" => self.wait = Some(duration(&name, value)?),
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
-            "replicas" => self.replicas = Some(count(&name, value)?),
+            "replicas" => {
+                self.replicas = Some(count(&name, value, "it is how many replicas must confirm each acquisition; leave it out to wait for none")?)
+            }
+            "permits" => {
+                self.permits = Some(count(&name, value, "it is how many holders the semaphore admits at once")?)
+            }
             "replicas_timeout" => self.replicas_timeout = Some(duration(&name, value)?),
             "min_hold" => self.min_hold = Some(duration(&name, value)?),
             "on_error" => self.on_error = Some(choice(&name, value, &OnError::ALL)?),
@@ -213,6 +239,7 @@ fn valid_arguments(attr: AttrKind) -> impl Iterator<Item = &'static str> {
         .iter()
         .copied()
         .filter(move |name| *name != "mode" || attr == AttrKind::Distributed)
+        .filter(move |name| *name != "permits" || attr == AttrKind::Semaphore)
 }
 
 fn unknown_argument(attr: AttrKind, name: &Ident) -> syn::Error {
@@ -220,7 +247,8 @@ fn unknown_argument(attr: AttrKind, name: &Ident) -> syn::Error {
     let alias = ALIASES
         .iter()
         .find(|(alias, _)| *alias == written)
-        .map(|(_, ours)| *ours);
+        .map(|(_, ours)| *ours)
+        .filter(|ours| valid_arguments(attr).any(|valid| valid == *ours));
     let suggestion = alias
         .or_else(|| did_you_mean(&written, valid_arguments(attr)))
         .map(|ours| format!("; did you mean `{ours}`?"))
@@ -266,15 +294,15 @@ fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
     }
 }
 
-/// A whole number of at least 1, e.g. `replicas = 1`.
-fn count(name: &str, value: &Expr) -> syn::Result<Spanned<u32>> {
+/// A whole number of at least 1, e.g. `replicas = 1`; `meaning` says why 0 is refused.
+fn count(name: &str, value: &Expr, meaning: &str) -> syn::Result<Spanned<u32>> {
     match peel(value) {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
         }) => match int.base10_parse::<u32>() {
             Ok(0) => Err(syn::Error::new(
                 int.span(),
-                format!("`{name}` must be at least 1: it is how many replicas must confirm each acquisition; leave it out to wait for none"),
+                format!("`{name}` must be at least 1: {meaning}"),
             )),
             Ok(n) => Ok(Spanned::new(n, int.span())),
             Err(_) => Err(syn::Error::new(
@@ -286,7 +314,10 @@ fn count(name: &str, value: &Expr) -> syn::Result<Spanned<u32>> {
             lit: Lit::Str(lit), ..
         }) => Err(syn::Error::new(
             lit.span(),
-            format!("`{name}` takes a number, not a string: write `{name} = {}`", lit.value()),
+            format!(
+                "`{name}` takes a number, not a string: write `{name} = {}`",
+                lit.value()
+            ),
         )),
         _ => Err(syn::Error::new_spanned(
             value,
@@ -499,6 +530,42 @@ mod tests {
         assert!(!all[0].contains("`mode`"), "{all:?}");
         let mode = messages(AttrKind::Write, quote!(mode = "redlock"));
         assert!(mode[0].contains("pick their own algorithm"), "{mode:?}");
+    }
+
+    #[test]
+    fn permits_belong_to_the_semaphore_and_mode_does_not() {
+        let args = parse_ok(AttrKind::Semaphore, quote!(key = "k", permits = 4));
+        assert_eq!(args.permits.unwrap().value, 4);
+        for attr in [AttrKind::Distributed, AttrKind::Read, AttrKind::Write] {
+            let all = messages(attr, quote!(permits = 4));
+            assert!(
+                all[0].contains("use `#[semaphore(key = .., permits = n)]`"),
+                "{all:?}"
+            );
+            // An alias names `permits` only where it is an argument.
+            let alias = messages(attr, quote!(limit = 4));
+            assert!(!alias[0].contains("did you mean `permits`"), "{alias:?}");
+        }
+        let alias = messages(AttrKind::Semaphore, quote!(limit = 4));
+        assert!(alias[0].contains("did you mean `permits`?"), "{alias:?}");
+        assert!(alias[0].contains("`wait`, `permits`"), "{alias:?}");
+        let mode = messages(AttrKind::Semaphore, quote!(mode = "redlock"));
+        assert!(
+            mode[0].contains("not an argument of `#[semaphore]`"),
+            "{mode:?}"
+        );
+        for (value, expected) in [
+            (
+                quote!(permits = 0),
+                "must be at least 1: it is how many holders",
+            ),
+            (quote!(permits = "4"), "write `permits = 4`"),
+            (quote!(permits = -1), "takes a whole number literal"),
+            (quote!(permits = 4294967296), "takes a small whole number"),
+        ] {
+            let all = messages(AttrKind::Semaphore, value);
+            assert!(all[0].contains(expected), "{all:?}");
+        }
     }
 
     #[test]

@@ -267,6 +267,10 @@ fn spec(model: &LockModel) -> TokenStream {
         },
         LockKind::Read => quote!(Read),
         LockKind::Write => quote!(Write),
+        LockKind::Semaphore { permits } => {
+            let permits = Literal::u32_suffixed(permits.value);
+            quote!(Semaphore(#permits))
+        }
     };
     let ttl = duration(model.ttl.value);
     let wait = duration(model.wait.value);
@@ -431,6 +435,36 @@ mod tests {
         ] {
             contains(&out, expected);
         }
+    }
+
+    #[test]
+    fn a_semaphore_carries_its_permits_and_uses_the_process_client() {
+        let out = expanded(
+            AttrKind::Semaphore,
+            quote!(
+                key = "export:<tenant>",
+                permits = 4,
+                ttl = "30s",
+                wait = "10s"
+            ),
+            quote!(
+                async fn export(tenant: String) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        contains(
+            &out,
+            "kind : :: distlock :: __private :: Kind :: Semaphore (4u32)",
+        );
+        contains(
+            &out,
+            "let __distlock_client = :: distlock :: __private :: default_client () ;",
+        );
+        contains(
+            &out,
+            "wait : :: distlock :: __private :: duration (10u64 , 0u32)",
+        );
     }
 
     #[test]

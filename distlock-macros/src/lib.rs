@@ -1,5 +1,5 @@
 //! Attribute macros for `distlock`: run an `async fn` body only while holding
-//! a distributed lock on Redis.
+//! a distributed lock (or a semaphore's permit) on Redis.
 //!
 //! Use them through the `distlock` crate, which re-exports them. The pipeline
 //! for each attribute is parse (`args`, `template`, `duration`) → validate
@@ -81,6 +81,24 @@ pub fn read_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn write_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     entry(AttrKind::Write, args, item)
+}
+
+/// Runs the fn body while holding one permit of a distributed counting semaphore: at most
+/// `permits` calls with the same key run at once, across every process. `permits` is required.
+/// Each permit has a lease of its own, so a crashed holder frees its one permit at its ttl.
+///
+/// ```rust,ignore
+/// #[semaphore(key = "export:<tenant>", permits = 4, ttl = "30s", wait = "10s")]
+/// async fn export(tenant: &str) -> Result<Report, AppError> {
+///     // at most 4 exports per tenant at a time
+/// }
+/// ```
+///
+#[doc = include_str!("../docs/arguments.md")]
+#[doc = include_str!("behaviour.md")]
+#[proc_macro_attribute]
+pub fn semaphore(args: TokenStream, item: TokenStream) -> TokenStream {
+    entry(AttrKind::Semaphore, args, item)
 }
 
 fn entry(attr: AttrKind, args: TokenStream, item: TokenStream) -> TokenStream {

@@ -46,16 +46,19 @@ pub enum AttrKind {
     Read,
     /// `#[write_lock]`
     Write,
+    /// `#[semaphore]`
+    Semaphore,
 }
 
 impl AttrKind {
-    pub const ALL: [AttrKind; 3] = [Self::Distributed, Self::Read, Self::Write];
+    pub const ALL: [AttrKind; 4] = [Self::Distributed, Self::Read, Self::Write, Self::Semaphore];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Distributed => "distributed_lock",
             Self::Read => "read_lock",
             Self::Write => "write_lock",
+            Self::Semaphore => "semaphore",
         }
     }
 
@@ -107,6 +110,8 @@ pub enum LockKind {
     Read,
     /// `#[write_lock]`: excludes readers and writers.
     Write,
+    /// `#[semaphore]`: up to `permits` holders at once (always >= 1).
+    Semaphore { permits: Spanned<u32> },
 }
 
 /// Lease renewal while the body runs.

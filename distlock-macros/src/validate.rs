@@ -74,14 +74,15 @@ fn validate(
     check_min_hold(&args, errors);
     check_on_error(&args, errors);
     let kind = match attr {
-        AttrKind::Distributed => LockKind::Exclusive {
+        AttrKind::Distributed => Some(LockKind::Exclusive {
             mode: args.mode.unwrap_or(Spanned::default_value(Mode::SetNx)),
-        },
-        AttrKind::Read => LockKind::Read,
-        AttrKind::Write => LockKind::Write,
+        }),
+        AttrKind::Read => Some(LockKind::Read),
+        AttrKind::Write => Some(LockKind::Write),
+        AttrKind::Semaphore => permits(&args, errors),
     };
     Some(LockModel {
-        kind,
+        kind: kind?,
         key: key?,
         ttl: ttl?,
         wait: args.wait.unwrap_or(Spanned::default_value(DEFAULT_WAIT)),
@@ -441,6 +442,22 @@ fn replicas(args: &LockArgs, errors: &mut Errors) -> Option<Option<(u32, Duratio
     }))
 }
 
+/// `#[semaphore]` needs `permits`: how many holders it admits is no default to guess.
+fn permits(args: &LockArgs, errors: &mut Errors) -> Option<LockKind> {
+    if let Some(permits) = &args.permits {
+        return Some(LockKind::Semaphore {
+            permits: permits.clone(),
+        });
+    }
+    if !args.given("permits") {
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            "`#[semaphore]` needs `permits = n`: how many holders it admits at once, e.g. `#[semaphore(key = \"export:<tenant>\", permits = 4)]`",
+        ));
+    }
+    None
+}
+
 /// Only reports: a zero `min_hold` fails the whole attribute.
 fn check_min_hold(args: &LockArgs, errors: &mut Errors) {
     if let Some(min_hold) = args.min_hold.as_ref().filter(|m| m.value.is_zero()) {
@@ -610,6 +627,37 @@ mod tests {
         );
         assert_eq!(all.len(), 1);
         assert!(all[0].contains("applied twice"), "{all:?}");
+    }
+
+    #[test]
+    fn a_semaphore_needs_its_permits() {
+        let ok = analyze(
+            AttrKind::Semaphore,
+            quote!(key = "export:<id>", permits = 4),
+            pay(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(ok.kind, LockKind::Semaphore { permits } if permits.value == 4));
+        let missing = messages(AttrKind::Semaphore, quote!(key = "export:<id>"), pay());
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(missing[0].contains("needs `permits = n`"), "{missing:?}");
+        // Reported once: a broken value is not also missing.
+        let zero = messages(
+            AttrKind::Semaphore,
+            quote!(key = "export:<id>", permits = 0),
+            pay(),
+        );
+        assert_eq!(zero.len(), 1, "{zero:?}");
+        assert!(zero[0].contains("`permits` must be at least 1"), "{zero:?}");
+        // With every other problem of the same attribute.
+        let all = messages(
+            AttrKind::Semaphore,
+            quote!(ttl = "0s"),
+            quote!(
+                fn f() {}
+            ),
+        );
+        assert_eq!(all.len(), 5, "{all:#?}");
     }
 
     #[test]

@@ -159,6 +159,21 @@ pub fn describe(info: &LockInfo) -> String {
     for w in &info.waiting_writers {
         let _ = writeln!(s, "waiting writer: {w}");
     }
+    if let Some(n) = info.permits {
+        let _ = writeln!(s, "permits: {n}");
+    }
+    for p in &info.permit_holders {
+        let h = &p.holder;
+        let _ = writeln!(
+            s,
+            "permit: {} ({} ms left; pid {}, host {}, site {})",
+            h.owner,
+            p.remaining.as_millis(),
+            h.pid.map_or("?".to_owned(), |pid| pid.to_string()),
+            h.host.as_deref().unwrap_or("?"),
+            h.site.as_deref().unwrap_or("?")
+        );
+    }
     if let Some(t) = info.fencing_token {
         let _ = writeln!(s, "fencing token: {t}");
     }

@@ -167,6 +167,20 @@ pub enum Error {
         requested: LockMode,
     },
 
+    /// A semaphore was asked for with another number of permits than its holders recorded
+    /// ([`Client::semaphore`](crate::Client::semaphore)). Every holder of one name must ask
+    /// for the same number: the limit is recorded by the holder that finds the name free and
+    /// is never changed while a permit is held. Nothing was changed.
+    #[error("semaphore `{name}` was asked for with {permits} permits, but its holders use {recorded}: every holder of one name must ask for the same number of permits")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits this request asked for.
+        permits: u32,
+        /// The number of permits the current holders recorded.
+        recorded: u32,
+    },
+
     /// The lock name cannot be used.
     #[error("invalid lock name `{name}`: {reason}")]
     InvalidName {
@@ -295,7 +309,7 @@ impl Error {
     /// unavailable, and nothing ran. False for a lost lease (the
     /// [outcome is unknown](Self::is_outcome_unknown)) and for mistakes that fail the same way
     /// every time (a bad name or configuration, the wrong type at the key, no client, a
-    /// reentrant or upgrade misuse).
+    /// reentrant or upgrade misuse, a semaphore's permits that disagree).
     pub fn is_retryable(&self) -> bool {
         self.is_contended() || self.is_transient()
     }
@@ -336,6 +350,7 @@ impl Error {
             | Error::Upgrade { name }
             | Error::WrongType { name, .. }
             | Error::ModeConflict { name, .. }
+            | Error::PermitsMismatch { name, .. }
             | Error::ReplicasNotConfirmed { name, .. }
             | Error::InvalidName { name, .. }
             | Error::ShutDown { name } => Some(name),
@@ -482,6 +497,18 @@ mod tests {
                 503,
             ),
             (Error::config("x"), false, false, false, false, 500),
+            (
+                Error::PermitsMismatch {
+                    name: "k".into(),
+                    permits: 3,
+                    recorded: 4,
+                },
+                false,
+                false,
+                false,
+                false,
+                500,
+            ),
         ];
         for (e, contended, transient, unknown, retryable, status) in cases {
             assert_eq!(e.is_contended(), contended, "{e}");

@@ -32,7 +32,8 @@ pub fn acquire_reply(data: &[u8]) {
         LockMode::Reentrant,
         LockMode::Read,
         LockMode::Write,
-    ][usize::from(input.byte()) % 4];
+        LockMode::Semaphore,
+    ][usize::from(input.byte()) % 5];
     let reply = input.value(0);
     let outcome = match reply.extract_error() {
         Ok(reply) => parse_acquire(mode, &key, reply),

@@ -1,5 +1,5 @@
-//! Local hand-off: a released setnx lock goes straight to the next task of this process that
-//! waits for it, with no round trip.
+//! Local hand-off: a released setnx lock (or semaphore permit) goes straight to the next task
+//! of this process that waits for it, with no round trip.
 //!
 //! Redis sees one hold: the lock keeps its value and its lease, the watchdog keeps renewing
 //! it, and the tasks of this process pass it along in arrival order. Mutual exclusion holds
@@ -13,8 +13,9 @@
 //! (default 25 ms) of when it was taken from Redis. Then the release is a real one (the lock is freed and the wake-up published) and
 //! the waiters of every process, this one's included, race for it on equal terms.
 //!
-//! Only holds that are interchangeable pass: the same mode, ttl, renewal period and labels,
-//! renewed by the watchdog, with a lease that still has at least half its ttl to run, and no
+//! Only holds that are interchangeable pass: the same mode (and a semaphore's number of
+//! permits), ttl, renewal period and labels, renewed by the watchdog, with a lease that still
+//! has at least half its ttl to run, and no
 //! option that gives an acquisition something of its own (a fencing token, replica
 //! acknowledgement, `max_hold`, `min_hold`). A waiter whose request differs is served by a
 //! real release, and those behind it wait their turn.
@@ -47,6 +48,9 @@ pub(crate) fn slots_open() -> bool {
 #[derive(Clone)]
 pub(crate) struct Terms {
     pub(crate) algorithm: &'static Algorithm,
+    /// A semaphore's number of permits: a waiter asking for another is refused by the
+    /// server, never handed a permit.
+    pub(crate) permits: Option<u32>,
     pub(crate) ttl_ms: u64,
     pub(crate) period: Duration,
     pub(crate) labels: Arc<Labels>,
@@ -56,6 +60,7 @@ pub(crate) struct Terms {
 impl Terms {
     fn matches(&self, other: &Terms) -> bool {
         std::ptr::eq(self.algorithm, other.algorithm)
+            && self.permits == other.permits
             && self.ttl_ms == other.ttl_ms
             && self.period == other.period
             && *self.labels == *other.labels

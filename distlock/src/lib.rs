@@ -1,6 +1,6 @@
 //! Distributed locks on Redis for async Rust services: exclusive, reentrant, read/write and
-//! Redlock locks with fencing tokens, lease renewal and wake-up on release, by hand or as an
-//! attribute on an `async fn`.
+//! Redlock locks, and counting semaphores, with fencing tokens, lease renewal and wake-up on
+//! release, by hand or as an attribute on an `async fn`.
 //!
 //! ```sh
 //! cargo add distlock
@@ -86,6 +86,9 @@
 //!   (server time), so a crashed reader blocks writers only until its own ttl; a waiting writer
 //!   keeps new readers out, so readers cannot starve it; a writer may downgrade to read, and a
 //!   reader asking to upgrade gets [`Error::Upgrade`] at once.
+//! * [`Client::semaphore`]: a counting semaphore: up to N holders at once, each permit with
+//!   a lease of its own (server time), so a crashed holder frees its one permit at its own
+//!   ttl; holders that disagree on N get [`Error::PermitsMismatch`].
 //! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
 //!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
 //! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
@@ -182,6 +185,7 @@ mod reentrant;
 mod release;
 mod runtime;
 mod rwlock;
+mod semaphore;
 mod setnx;
 mod sync;
 mod tasks;
@@ -198,7 +202,7 @@ pub use context::LockContext;
 pub use election::{Election, Leader, Leadership};
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
-pub use inspect::{ForcedUnlock, Holder, LockInfo, Reader, FORCED_RECORD_KEPT};
+pub use inspect::{ForcedUnlock, Holder, LockInfo, Permit, Reader, FORCED_RECORD_KEPT};
 pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::LockRequest;
 pub use mode::LockMode;
@@ -216,7 +220,7 @@ pub use redis::RedisError;
 /// `async fn` into acquire, watchdog renewal, body, release. See their own docs for the
 /// arguments and their defaults.
 #[doc(inline)]
-pub use distlock_macros::{distributed_lock, read_lock, write_lock};
+pub use distlock_macros::{distributed_lock, read_lock, semaphore, write_lock};
 
 // Runtime support for the lock attributes: the code they generate calls `__private::run`.
 // `Lease` and `lease()` are the part a locked body uses directly.

@@ -12,6 +12,8 @@ pub enum LockMode {
     Read,
     /// [`Client::write`](crate::Client::write).
     Write,
+    /// [`Client::semaphore`](crate::Client::semaphore): up to its number of permits at once.
+    Semaphore,
 }
 
 impl std::fmt::Display for LockMode {
@@ -28,16 +30,18 @@ impl LockMode {
             LockMode::Reentrant => "reentrant",
             LockMode::Read => "read",
             LockMode::Write => "write",
+            LockMode::Semaphore => "semaphore",
         }
     }
 
-    /// The mode a script names: `setnx`, `reentrant`, `read` or `write`.
+    /// The mode a script names: `setnx`, `reentrant`, `read`, `write` or `semaphore`.
     pub(crate) fn named(name: &str) -> Option<LockMode> {
         Some(match name {
             "setnx" => LockMode::SetNx,
             "reentrant" => LockMode::Reentrant,
             "read" => LockMode::Read,
             "write" => LockMode::Write,
+            "semaphore" => LockMode::Semaphore,
             _ => return None,
         })
     }

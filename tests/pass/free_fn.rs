@@ -1,7 +1,7 @@
 //! Free fns: `?`, early `return`, the default client, a fixed key, every argument.
 use std::time::Duration;
 
-use distlock::{distributed_lock, read_lock, write_lock};
+use distlock::{distributed_lock, read_lock, semaphore, write_lock};
 
 #[derive(Debug)]
 #[allow(dead_code)]
@@ -75,6 +75,11 @@ async fn edit(id: u64, text: String) -> Result<usize, AppError> {
     Ok(text.len() + id as usize)
 }
 
+#[semaphore(key = "export:<tenant>", permits = 4, ttl = "30s", wait = "10s")]
+async fn export(tenant: &str) -> AppResult<usize> {
+    Ok(tenant.len())
+}
+
 fn assert_send<T: Send>(_: &T) {}
 
 fn main() {
@@ -85,4 +90,5 @@ fn main() {
     assert_send(&payout(1));
     assert_send(&show(1));
     assert_send(&edit(1, String::new()));
+    assert_send(&export("acme"));
 }

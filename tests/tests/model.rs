@@ -2,7 +2,8 @@
 //!
 //! proptest-state-machine generates sequences of lock operations by four owners (two clients,
 //! each behind its own fault proxy, times two explicit `LockContext`s) on two lock names whose
-//! mode (setnx, reentrant, write-only or read/write) is part of the generated initial state.
+//! mode (setnx, reentrant, write-only, read/write or a semaphore of `PERMITS`) is part of the
+//! generated initial state.
 //! Every step is run against the real server and its outcome is checked against a model that
 //! knows, per hold, whether the server certainly still has it (`Live`: watchdog on), may have
 //! it (`Maybe`: a 300 ms lease without watchdog, or a hold whose fate a lost reply hid) or
@@ -32,6 +33,8 @@ const CLIENTS: usize = 2;
 const CONTEXTS_PER_CLIENT: usize = 2;
 const OWNERS: usize = CLIENTS * CONTEXTS_PER_CLIENT;
 const LOCKS: usize = 2;
+/// A semaphore's permits: fewer than the owners, so that it fills up.
+const PERMITS: usize = 2;
 /// A hold the watchdog renews: the model counts on it for as long as it is not released.
 const LONG_TTL: Duration = Duration::from_secs(3);
 /// A hold without watchdog: may end at any step, certainly ends soon (see `Op::Expire`).
@@ -73,6 +76,8 @@ enum Mode {
     Write,
     /// The read/write lock, each acquisition a read or a write.
     ReadWrite,
+    /// A semaphore of `PERMITS`: every acquisition, by any owner, one permit.
+    Semaphore,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +135,7 @@ fn mode_strategy() -> impl Strategy<Value = Mode> {
         Just(Mode::Reentrant),
         Just(Mode::Write),
         Just(Mode::ReadWrite),
+        Just(Mode::Semaphore),
     ]
 }
 
@@ -243,6 +249,8 @@ enum Kind {
     Exclusive,
     Read,
     Write,
+    /// One permit of a semaphore.
+    Permit,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -341,22 +349,33 @@ fn admin() -> redis::Connection {
     server().connection()
 }
 
-/// The lock key's type (`none` when absent) and its hash fields.
+/// The lock key's type (`none` when absent) and its hash fields, or a semaphore's members.
 fn key_state(lock: usize) -> (String, Vec<String>) {
     let mut con = admin();
     let kind: String = redis::cmd("TYPE")
         .arg(lock_key(lock))
         .query(&mut con)
         .expect("TYPE");
-    let fields = if kind == "hash" {
-        redis::cmd("HKEYS")
+    let fields = match kind.as_str() {
+        "hash" => redis::cmd("HKEYS")
             .arg(lock_key(lock))
             .query(&mut con)
-            .expect("HKEYS")
-    } else {
-        Vec::new()
+            .expect("HKEYS"),
+        "zset" => redis::cmd("ZRANGE")
+            .arg(lock_key(lock))
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .expect("ZRANGE"),
+        _ => Vec::new(),
     };
     (kind, fields)
+}
+
+/// A semaphore's permits on the server: its members but the recorded limit (expired ones
+/// included until a script drops them).
+fn permits_held(fields: &[String]) -> usize {
+    fields.iter().filter(|f| *f != "permits").count()
 }
 
 fn get_string(lock: usize) -> Option<String> {
@@ -502,6 +521,7 @@ impl Sut {
             Mode::Write => Kind::Write,
             Mode::ReadWrite if read => Kind::Read,
             Mode::ReadWrite => Kind::Write,
+            Mode::Semaphore => Kind::Permit,
         }
     }
 
@@ -562,6 +582,18 @@ impl Sut {
         let mut same: Vec<Option<u64>> = Vec::new();
         let mut new_ok = false;
         match (self.modes[lock], kind) {
+            (_, Kind::Permit) => {
+                // Any owner may hold several permits; only the count of holds decides.
+                let live = mine_live.len() + theirs_live.len();
+                let maybe = mine_maybe.len() + theirs_maybe.len();
+                if live + maybe >= PERMITS {
+                    allowed.insert(Outcome::Busy);
+                }
+                if live < PERMITS {
+                    new_ok = true;
+                    allowed.insert(Outcome::Ok);
+                }
+            }
             (Mode::Setnx, _) => {
                 if !mine_live.is_empty() {
                     allowed.insert(Outcome::Reentrant);
@@ -645,6 +677,7 @@ impl Sut {
             Mode::Reentrant => client.reentrant(&name),
             Mode::Write | Mode::ReadWrite if kind == Kind::Read => client.read(&name),
             Mode::Write | Mode::ReadWrite => client.write(&name),
+            Mode::Semaphore => client.semaphore(&name, PERMITS as u32),
         }
         .ttl(ttl)
         .watchdog(!short)
@@ -688,6 +721,12 @@ impl Sut {
                     self.max_fence[lock] = max.max(fence);
                     // A reader got in: no other owner's write hold is left.
                     self.gone(lock, |h| h.owner != owner && h.kind == Kind::Write);
+                } else if kind == Kind::Permit {
+                    // A permit of its own: every token is new, and the other permits stay.
+                    if fence <= max {
+                        self.fail(format!("permit token {fence}, not above {max}"));
+                    }
+                    self.max_fence[lock] = fence;
                 } else if same.iter().any(|f| f.is_none_or(|f| f == fence)) && fence <= max {
                     // Re-entry of a tenure: nothing else changed.
                 } else if new_ok && fence > max {
@@ -835,15 +874,16 @@ impl Sut {
             return;
         }
         // The hold is certainly on the server: wait for the background release to remove
-        // exactly that (its field, or the setnx key holding its token).
-        let prefix = match kind {
-            Kind::Exclusive => "h:",
-            Kind::Read => "r:",
-            Kind::Write => "w:",
+        // exactly that (its field, its permit, or the setnx key holding its token).
+        let held = |fields: &[String]| match kind {
+            Kind::Exclusive => count_prefix(fields, "h:"),
+            Kind::Read => count_prefix(fields, "r:"),
+            Kind::Write => count_prefix(fields, "w:"),
+            Kind::Permit => permits_held(fields),
         };
         let setnx = self.modes[lock] == Mode::Setnx;
         let before_value = if setnx { get_string(lock) } else { None };
-        let before = count_prefix(&key_state(lock).1, prefix);
+        let before = held(&key_state(lock).1);
         {
             let _in_runtime = self.rt.enter();
             drop(guard);
@@ -852,7 +892,7 @@ impl Sut {
             if setnx {
                 get_string(lock) != before_value
             } else {
-                count_prefix(&key_state(lock).1, prefix) < before
+                held(&key_state(lock).1) < before
             }
         });
         if !released {
@@ -903,8 +943,13 @@ impl Sut {
                 }
             }
             let owners: BTreeSet<usize> = holders.iter().map(|(o, _)| *o).collect();
-            let exclusive = holders.iter().any(|(_, k)| *k != Kind::Read);
-            if exclusive && owners.len() > 1 {
+            if self.modes[lock] == Mode::Semaphore {
+                if holders.len() > PERMITS {
+                    self.fail(format!(
+                        "m{lock}: more than {PERMITS} permits held: {holders:?}"
+                    ));
+                }
+            } else if holders.iter().any(|(_, k)| *k != Kind::Read) && owners.len() > 1 {
                 self.fail(format!("m{lock}: several owners hold it: {holders:?}"));
             }
             // The server's key against the model.
@@ -932,8 +977,20 @@ impl Sut {
             }
             let expected_type = match self.modes[lock] {
                 Mode::Setnx => "string",
+                Mode::Semaphore => "zset",
                 _ => "hash",
             };
+            if self.modes[lock] == Mode::Semaphore && key_type != "none" {
+                let n = permits_held(&fields);
+                let live = count(Kind::Permit, Status::Live);
+                let maybe = count(Kind::Permit, Status::Maybe);
+                if n < live || n > live + maybe {
+                    self.fail(format!(
+                        "m{lock}: {n} permits on the server, model expects {live}..={}: {fields:?}",
+                        live + maybe
+                    ));
+                }
+            }
             if key_type != "none" && key_type != expected_type {
                 self.fail(format!("m{lock}: key of type {key_type}"));
             }
@@ -943,7 +1000,7 @@ impl Sut {
                 (Kind::Write, "w:"),
             ];
             for (kind, prefix) in per_acquisition {
-                if self.modes[lock] == Mode::Setnx {
+                if matches!(self.modes[lock], Mode::Setnx | Mode::Semaphore) {
                     break;
                 }
                 let n = count_prefix(&fields, prefix);

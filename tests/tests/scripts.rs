@@ -412,6 +412,107 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
     assert_eq!(int(&r), 1);
 }
 
+#[tokio::test]
+async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
+    let server = RedisServer::start();
+    let mut c = server.async_connection().await;
+    let with_prelude = |body: &str| script(&["fence.lua", "semaphore/prelude.lua", body]);
+    let (acquire, release, extend) = (
+        with_prelude("semaphore/acquire.lua"),
+        with_prelude("semaphore/release.lua"),
+        with_prelude("semaphore/extend.lua"),
+    );
+    let (lock, fence, forced) = (
+        "distlock:{sem}",
+        "distlock:#fence:{sem}",
+        "distlock:#forced:{sem}",
+    );
+    let long = "100000000";
+    // Two of two permits, the first fenced (a new counter: the clock's floor).
+    let r = run(
+        &mut c,
+        "fenced acquire",
+        &acquire,
+        &[lock, fence],
+        &["t1\th", long, "0", "1", "", "", "1", "0", "2"],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
+    let token = second(&r);
+    assert!(token > 1_000_000_000_000_000, "the clock's floor: {token}");
+    let r = run(
+        &mut c,
+        "acquire",
+        &acquire,
+        &[lock],
+        &["t2\th", "1000", "0", "1", "", "", "0", "1", "2"],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
+    // Full: busy, with the time until the first lease ends; another number is refused.
+    let r = run(
+        &mut c,
+        "busy",
+        &acquire,
+        &[lock],
+        &["t3\th", "1000", "0", "1", "", "", "0", "1", "2"],
+    )
+    .await;
+    assert_eq!(int(&r), 0);
+    assert!((1..=1000).contains(&second(&r)), "{r:?}");
+    let r = run(
+        &mut c,
+        "another limit",
+        &acquire,
+        &[lock],
+        &["t3\th", "1000", "0", "1", "", "", "0", "1", "3"],
+    )
+    .await;
+    assert_eq!(
+        r,
+        Value::Array(vec![Value::Int(-4), Value::Int(2), Value::Int(3)])
+    );
+    // The limit and the leases as exact decimals.
+    let scores: Vec<(String, String)> = redis::cmd("ZRANGE")
+        .arg(lock)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut c)
+        .await
+        .expect("ZRANGE");
+    assert_eq!(scores[0], ("permits".to_owned(), "-2".to_owned()));
+    assert!(scores.iter().all(|(_, s)| !s.contains('e')), "{scores:?}");
+    assert!(int(&run(&mut c, "extend", &extend, &[lock], &["t2\th", long, ""]).await) > 0);
+    assert_eq!(
+        int(&run(
+            &mut c,
+            "release",
+            &release,
+            &[lock],
+            &["t2\th", "", "", "s"]
+        )
+        .await),
+        1
+    );
+    assert_eq!(
+        int(&run(&mut c, "released twice", &release, &[lock], &["t2\th"]).await),
+        0
+    );
+    let inspect = script(&["inspect/inspect.lua"]);
+    let force = script(&["inspect/force_unlock.lua"]);
+    run(&mut c, "inspect", &inspect, &[lock, fence, forced], &[]).await;
+    let r = run(
+        &mut c,
+        "force unlock",
+        &force,
+        &[lock, forced],
+        &["why", "host=h\tpid=1", "604800000", "", ""],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
+}
+
 /// A server that refuses `PUBLISH` (as a Redis 6 Cluster refuses `SPUBLISH`, unknown there):
 /// the release frees the lock, says so, and the waiter gets the lock by its fallback (capped
 /// by the holder's lease). Failed on the code whose release ran the publish unprotected: the
@@ -460,6 +561,8 @@ async fn a_release_whose_publish_is_refused_still_reports_the_lock_freed() {
     g.release().await.expect("write release");
     let g = locks.read("w").try_acquire().await.expect("free");
     g.release().await.expect("read release");
+    let g = locks.semaphore("s", 2).try_acquire().await.expect("free");
+    g.release().await.expect("semaphore release");
     let g = locks.lock("f").try_acquire().await.expect("free");
     assert!(locks.force_unlock("f", "test").await.expect("force unlock"));
     drop(g);

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | leaves | error, config, key, identity, context, telemetry, lease, sync, majority, guide |
 //! | wire | conn |
-//! | protocol | algorithm and the modes: setnx, reentrant, rwlock |
+//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
@@ -38,7 +38,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("wire", &["conn"]),
-    ("protocol", &["algorithm", "setnx", "reentrant", "rwlock"]),
+    (
+        "protocol",
+        &["algorithm", "setnx", "reentrant", "rwlock", "semaphore"],
+    ),
     ("nodes", &["nodes"]),
     ("upkeep", &["watchdog", "release"]),
     (

@@ -55,6 +55,9 @@ pub(crate) struct Ask {
     pub(crate) waits: bool,
     /// Mint a fencing token (see [`LockRequest::fencing`](crate::LockRequest::fencing)).
     pub(crate) fencing: bool,
+    /// The number of permits a semaphore is asked to have (`None` for the other modes): the
+    /// script refuses a number other than the one its holders recorded.
+    pub(crate) permits: Option<u32>,
 }
 
 /// One acquire attempt as built for the wire: a script call, or (setnx without fencing) the
@@ -134,12 +137,12 @@ impl Algorithm {
         let keys = 1 + usize::from(ask.fencing) + usize::from(marks);
         let bytes =
             keys * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
-        let mut cmd = evalsha(
-            &self.acquire,
-            keys,
-            keys + 7 + usize::from(ask.waits),
-            bytes,
-        );
+        let flags = if ask.permits.is_some() {
+            2
+        } else {
+            usize::from(ask.waits)
+        };
+        let mut cmd = evalsha(&self.acquire, keys, keys + 7 + flags, bytes);
         cmd.arg(key.lock());
         if ask.fencing {
             cmd.arg(key.helper_arg(Kind::Fence));
@@ -155,8 +158,10 @@ impl Algorithm {
             .arg(&*id.holder)
             .arg(flag(ask.fencing));
         // The script reads a missing flag as unset (see setnx/release.lua on what an
-        // argument costs); only a waiter sends it.
-        if ask.waits {
+        // argument costs); only a waiter sends it, and a semaphore, whose permits follow it.
+        if let Some(permits) = ask.permits {
+            cmd.arg(flag(ask.waits)).arg(permits);
+        } else if ask.waits {
             cmd.arg("1");
         }
         cmd
@@ -396,6 +401,17 @@ pub(crate) fn parse_acquire(
             }),
             None => Err(malformed()),
         },
+        // A semaphore whose holders recorded another number of permits.
+        [Value::Int(-4), Value::Int(recorded), Value::Int(asked)] => {
+            match (u32::try_from(*recorded), u32::try_from(*asked)) {
+                (Ok(recorded), Ok(permits)) => Err(Error::PermitsMismatch {
+                    name: key.name().to_owned(),
+                    permits,
+                    recorded,
+                }),
+                _ => Err(malformed()),
+            }
+        }
         [Value::Int(-1), found] => Err(Error::WrongType {
             name: key.name().to_owned(),
             found: text(found),

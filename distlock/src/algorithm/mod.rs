@@ -6,7 +6,7 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set) | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` |
+//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set, or for a semaphore), then (semaphore) the permits asked for | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` / `{-4, recorded, asked}` (semaphore) |
 //! | release | lock (its string is its channel), then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
@@ -63,8 +63,9 @@ pub(crate) struct Algorithm {
     pub(crate) mode: LockMode,
     /// Who owns a hold: a fresh token per acquisition, or the task (reentrant modes).
     pub(crate) owner: OwnerKind,
-    /// Holders may share the lock (readers): a newcomer then need not queue behind the
-    /// tasks of its process that wait, since it may get in beside the current holders.
+    /// Holders may share the lock (readers, a semaphore's permits): a newcomer then need not
+    /// queue behind the tasks of its process that wait, since it may get in beside the
+    /// current holders.
     pub(crate) shared: bool,
     /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
     /// as Redlock; the others are refused there rather than run unproven.
@@ -85,7 +86,8 @@ pub(crate) struct Algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OwnerKind {
     /// 126 random bits per acquisition; the same task asking again is refused client-side,
-    /// since waiting on itself would deadlock.
+    /// since waiting on itself would deadlock, unless holders share the lock (a semaphore: the
+    /// task takes one more permit).
     Token,
     /// Client id plus the current [`LockContext`](crate::LockContext): the same task re-enters.
     Context,

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::lock::LockRequest;
 use crate::reentrant;
 use crate::runtime::{Shared, Shutdown};
+use crate::semaphore;
 use crate::setnx;
 
 /// A handle to the locks of one Redis deployment. Cheap to clone (an `Arc` inside); clones
@@ -260,6 +261,50 @@ impl Client {
             name.as_ref(),
             std::panic::Location::caller(),
         )
+    }
+
+    /// A counting semaphore: at most `permits` holders of `name` at once, across every
+    /// process. Each acquisition takes one permit and its guard gives it back; the request
+    /// takes the settings every lock does (ttl, wait, watchdog, fencing, ...).
+    ///
+    /// Each permit has a lease of its own, in the server's time: a holder that crashed frees
+    /// its one permit when its own ttl runs out, whatever the other holders do, and the
+    /// watchdog renews each permit alone. A release wakes one waiter. With
+    /// [`fencing(true)`](LockRequest::fencing) every permit gets a token of its own, larger
+    /// than every token minted for the name before.
+    ///
+    /// The number of permits is recorded by the holder that finds the name free; while a
+    /// permit is held, a request with another number fails with
+    /// [`Error::PermitsMismatch`] (nothing changes), so every holder of one name must ask for
+    /// the same number. A task may hold several permits of one semaphore, one per guard: a
+    /// task that waits for a permit while it holds all of them waits until its `wait` runs
+    /// out. `permits` must be at least 1. One node, Sentinel and Cluster; a quorum client
+    /// refuses it with [`Error::InvalidConfig`] when the request is made: a majority of
+    /// nodes, each with its own permits, does not bound the holders by the limit.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// // At most 4 exports at a time for this tenant, across every instance of the service.
+    /// let permit = locks
+    ///     .semaphore("export:acme", 4)
+    ///     .ttl(Duration::from_secs(30))
+    ///     .wait(Duration::from_secs(10))
+    ///     .acquire()
+    ///     .await?;
+    /// // ... run the export; `permit.lost()` resolves if the lease cannot be renewed ...
+    /// permit.release().await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> LockRequest<'_> {
+        LockRequest::new(
+            &self.inner,
+            &semaphore::SEMAPHORE,
+            name.as_ref(),
+            std::panic::Location::caller(),
+        )
+        .with_permits(permits)
     }
 
     /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).

@@ -372,7 +372,8 @@ async fn read_node(
     let reply: Value = within(limit, invoke(&OBSERVE, &cmd, &mut conn))
         .await
         .map_err(|e| Error::redis(Op::Inspect, key.name(), e))?;
-    parse_info(key, reply)
+    // An election's lock is a setnx lock: it has no permits.
+    parse_info(key, reply).map(|(info, holder, _)| (info, holder))
 }
 
 /// Sends `leader` to the receivers if it is another leader or term than they have.

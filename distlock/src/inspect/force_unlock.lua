@@ -16,12 +16,19 @@ if kind == 'none' then
   return {0}
 end
 -- Our locks always expire; anything else is the application's data.
-if redis.call('pttl', KEYS[1]) < 0 or (kind ~= 'string' and kind ~= 'hash') then
+if redis.call('pttl', KEYS[1]) < 0 or (kind ~= 'string' and kind ~= 'hash' and kind ~= 'zset') then
   return {-1, kind}
 end
 local mode, owner
+-- A semaphore frees every permit at once: every waiter may try.
+local wake = ARGV[4]
 if kind == 'string' then
   mode, owner = 'setnx', redis.call('get', KEYS[1])
+elseif kind == 'zset' then
+  if not redis.call('zscore', KEYS[1], 'permits') then
+    return {-1, 'sorted set that is not a semaphore'}
+  end
+  mode, owner, wake = 'semaphore', (redis.call('zcard', KEYS[1]) - 1) .. ' permit holders', 'all'
 else
   owner = redis.call('hget', KEYS[1], 'owner')
   if owner then
@@ -39,5 +46,5 @@ redis.call('hset', KEYS[2], 'reason', ARGV[1], 'by', ARGV[2], 'at', string.forma
   'mode', mode, 'previous', owner)
 redis.call('pexpire', KEYS[2], ARGV[3])
 -- Best-effort, as every release's (see setnx/release.lua): the lock is already removed.
-redis.pcall(ARGV[5] == 's' and 'spublish' or 'publish', KEYS[1], ARGV[4])
+redis.pcall(ARGV[5] == 's' and 'spublish' or 'publish', KEYS[1], wake)
 return {1, mode, owner}

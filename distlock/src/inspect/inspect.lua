@@ -1,7 +1,8 @@
 -- Read a lock's whole state in one step, for `Client::inspect`. Writes nothing.
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] last forced unlock (all one slot)
 -- Returns {type, pttl, payload, counter, forced, server ms}: payload is the value of a
--- string lock (its owner token and who took it), the flat field list of a hash lock, or nil;
+-- string lock (its owner token and who took it), the flat field list of a hash lock, the
+-- flat member and score list of a semaphore's sorted set (lowest score first), or nil;
 -- counter is the fencing counter's value or nil; forced is the flat field list of the last
 -- forced unlock, or empty. Server time lets the client turn read/write leases (server ms)
 -- into remaining durations.
@@ -11,6 +12,8 @@ if kind == 'string' then
   payload = redis.call('get', KEYS[1])
 elseif kind == 'hash' then
   payload = redis.call('hgetall', KEYS[1])
+elseif kind == 'zset' then
+  payload = redis.call('zrange', KEYS[1], '0', '-1', 'withscores')
 end
 local counter = redis.pcall('get', KEYS[2])
 if type(counter) ~= 'string' then

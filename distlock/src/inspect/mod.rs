@@ -21,6 +21,10 @@ use crate::mode::LockMode;
 use crate::nodes::records;
 use crate::telemetry;
 
+mod semaphore;
+
+pub use semaphore::Permit;
+
 static INSPECT: std::sync::LazyLock<Lua> =
     std::sync::LazyLock::new(|| Lua::new(include_str!("inspect.lua")));
 static FORCE_UNLOCK: std::sync::LazyLock<Lua> =
@@ -93,12 +97,17 @@ pub struct LockInfo {
     /// The exclusive holder (setnx, reentrant, or the writer), with the description of its
     /// first acquisition.
     pub holder: Option<Holder>,
-    /// The exclusive holder's acquisitions (re-entry depth), or the read holds in all.
+    /// The exclusive holder's acquisitions (re-entry depth), the read holds in all, or a
+    /// semaphore's permits held.
     pub hold_count: u32,
     /// Readers of a read/write lock.
     pub readers: Vec<Reader>,
     /// Writers waiting for a read/write lock (they keep new readers out).
     pub waiting_writers: Vec<String>,
+    /// A semaphore's number of permits, as its holders recorded it.
+    pub permits: Option<u32>,
+    /// A semaphore's permits held now, the first whose lease ends first.
+    pub permit_holders: Vec<Permit>,
     /// The current holder's fencing token, when it took the lock with fencing (read holds:
     /// the last fenced writer's). For a setnx lock, whose value has no room for it, this is
     /// the last token issued for the name: the holder's if it asked for one.
@@ -118,8 +127,8 @@ impl LockInfo {
 
 impl Client {
     /// Reads who holds a lock, in any mode, in one atomic step: the holder (host, pid, call
-    /// site, when), remaining lease, re-entry count, readers, waiting writers, fencing token
-    /// and the last forced unlock. Changes nothing. On a quorum client the nodes are read one
+    /// site, when), remaining lease, re-entry count, readers, waiting writers, a semaphore's
+    /// permits and their holders, fencing token and the last forced unlock. Changes nothing. On a quorum client the nodes are read one
     /// after another and the first that answers with the lock held is reported (they may
     /// disagree while a quorum forms).
     ///
@@ -144,14 +153,15 @@ impl Client {
             let mut info = reply
                 .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
                 .and_then(|v| parse_info(&key, v));
-            if let Ok((info, Some(described))) = &mut info {
-                if let Some(holder) = &mut info.holder {
-                    let prefix = &self.inner().prefix;
+            if let Ok((info, described, permits)) = &mut info {
+                let prefix = &self.inner().prefix;
+                if let (Some(holder), Some(described)) = (&mut info.holder, described) {
                     (holder.host, holder.pid, holder.site) =
                         records::look_up(&mut conn, prefix, described).await;
                 }
+                semaphore::look_up(&mut conn, prefix, &mut info.permit_holders, permits).await;
             }
-            let info = info.map(|(info, _)| info);
+            let info = info.map(|(info, ..)| info);
             if matches!(&info, Ok(i) if i.is_held()) {
                 return info;
             }
@@ -356,12 +366,13 @@ fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
     (h, None)
 }
 
-/// The lock's state, and the description of its reported holder when it points to a
-/// process's record (also an election observer's read, see `election::observe`).
-pub(crate) fn parse_info(
-    key: &LockKey,
-    reply: Value,
-) -> Result<(LockInfo, Option<Described>), Error> {
+/// The lock's state, and the descriptions of its reported holder and of a semaphore's
+/// permits where they point to a process's record.
+pub(crate) type Parsed = (LockInfo, Option<Described>, Vec<Option<Described>>);
+
+/// The lock's state (see [`Parsed`]); also an election observer's read (see
+/// `election::observe`).
+pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
     let bad = || {
         Error::redis(
             Op::Inspect,
@@ -385,6 +396,7 @@ pub(crate) fn parse_info(
         _ => return Err(bad()),
     };
     let mut description_read = None;
+    let mut permits_read = Vec::new();
     let mut info = LockInfo {
         name: key.name().to_owned(),
         mode: None,
@@ -393,6 +405,8 @@ pub(crate) fn parse_info(
         hold_count: 0,
         readers: Vec::new(),
         waiting_writers: Vec::new(),
+        permits: None,
+        permit_holders: Vec::new(),
         fencing_token: None,
         last_fencing_token: text(counter).and_then(|c| c.parse().ok()),
         last_forced_unlock: None,
@@ -454,6 +468,15 @@ pub(crate) fn parse_info(
                 description_read = parse_rw(&mut info, &fields, now);
             }
         }
+        "zset" if pttl.is_some() => {
+            info.remaining = pttl;
+            permits_read = semaphore::parse(&mut info, &pairs(payload), now).ok_or_else(|| {
+                Error::WrongType {
+                    name: key.name().to_owned(),
+                    found: "sorted set that is not a semaphore".to_owned(),
+                }
+            })?;
+        }
         other => {
             return Err(Error::WrongType {
                 name: key.name().to_owned(),
@@ -461,7 +484,7 @@ pub(crate) fn parse_info(
             })
         }
     }
-    Ok((info, description_read))
+    Ok((info, description_read, permits_read))
 }
 
 /// The first acquisition's description among several (re-entries come later).

@@ -16,6 +16,7 @@ use crate::handoff::{Tenure, Terms, Transfer};
 use crate::identity::{self, Site};
 use crate::key::LockKey;
 use crate::lease::{self, LeaseState};
+use crate::mode::LockMode;
 use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
@@ -35,6 +36,7 @@ pub(super) struct Asked<'c> {
     pub(super) replicas: Option<Replicas>,
     pub(super) min_hold: Option<Duration>,
     pub(super) fencing: bool,
+    pub(super) permits: Option<u32>,
     pub(super) site: Option<&'static str>,
     pub(super) caller: &'static Location<'static>,
 }
@@ -50,6 +52,8 @@ struct Plan<'c> {
     period: Option<Duration>,
     replicas: Option<Replicas>,
     fencing: bool,
+    /// A semaphore's number of permits.
+    permits: Option<u32>,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
     /// Zero for a single attempt.
@@ -82,6 +86,7 @@ impl Plan<'_> {
             replicas,
             min_hold,
             fencing,
+            permits,
             site,
             caller,
         } = asked;
@@ -91,10 +96,12 @@ impl Plan<'_> {
         let period = renew_period(watchdog, renew_every, ttl)?;
         let quorum = shared.nodes.is_quorum();
         if quorum && !algorithm.quorum {
-            return Err(Error::config(format!(
-                "the {} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client",
-                algorithm.mode
-            )));
+            return Err(Error::config(not_on_quorum(algorithm.mode)));
+        }
+        if permits == Some(0) {
+            return Err(Error::config(
+                "a semaphore needs at least 1 permit: it is how many holders it admits at once",
+            ));
         }
         let replicas = replicas.or(shared.replicas);
         if let Some(replicas) = &replicas {
@@ -107,7 +114,9 @@ impl Plan<'_> {
         }
         // The current context, or the one around it that already holds this lock.
         let holder = shared.holds.holder_in_scope(key.lock());
-        if algorithm.owner == OwnerKind::Token && holder.is_some() {
+        // Waiting on oneself would never end, unless holders share the lock: a semaphore's
+        // task takes one more permit.
+        if algorithm.owner == OwnerKind::Token && !algorithm.shared && holder.is_some() {
             return Err(Error::Reentrant {
                 name: key.name().to_owned(),
             });
@@ -138,6 +147,7 @@ impl Plan<'_> {
             {
                 Some(Terms {
                     algorithm,
+                    permits,
                     ttl_ms,
                     period,
                     labels: labels.clone(),
@@ -155,6 +165,7 @@ impl Plan<'_> {
             period,
             replicas,
             fencing,
+            permits,
             max_hold,
             min_hold,
             wait,
@@ -365,6 +376,7 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
             want_holder_ttl: !waiter.knows_holder(),
             waits,
             fencing: plan.fencing,
+            permits: plan.permits,
         };
         pending.armed = true;
         let answer = shared
@@ -511,6 +523,16 @@ impl Drop for Pending {
         if self.armed {
             self.give_back();
         }
+    }
+}
+
+/// Why a mode other than setnx is refused on a Redlock quorum.
+fn not_on_quorum(mode: LockMode) -> String {
+    match mode {
+        LockMode::Semaphore => crate::semaphore::NOT_ON_QUORUM.to_owned(),
+        _ => format!(
+            "the {mode} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client"
+        ),
     }
 }
 

@@ -33,6 +33,8 @@ pub struct LockRequest<'c> {
     replicas: Option<Replicas>,
     min_hold: Option<Duration>,
     fencing: bool,
+    /// A semaphore's number of permits (`None` for the other modes).
+    permits: Option<u32>,
     label: Cow<'static, str>,
     record_name: bool,
     site: Option<&'static str>,
@@ -58,11 +60,19 @@ impl<'c> LockRequest<'c> {
             replicas: None,
             min_hold: None,
             fencing: false,
+            permits: None,
             label: Cow::Borrowed(NO_LABEL),
             record_name: false,
             site: None,
             caller,
         }
+    }
+
+    /// A semaphore's request: `permits` holders at most (see
+    /// [`Client::semaphore`](crate::Client::semaphore)).
+    pub(crate) fn with_permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
     }
 
     /// Keep the lock at least this long after it was acquired, even when it is released
@@ -236,6 +246,7 @@ impl<'c> LockRequest<'c> {
             replicas: self.replicas,
             min_hold: self.min_hold,
             fencing: self.fencing,
+            permits: self.permits,
             site: self.site,
             caller: self.caller,
         }

@@ -1,5 +1,5 @@
 //! Runtime support for the lock attributes (`#[distributed_lock]`, `#[read_lock]`,
-//! `#[write_lock]`).
+//! `#[write_lock]`, `#[semaphore]`).
 //!
 //! Not a public API: the code the attributes generate calls into this module (as
 //! `::distlock::__private::..`), and anything here may change in any release. The two public
@@ -59,6 +59,8 @@ pub enum Kind {
     Read,
     /// `#[write_lock]`: [`Client::write`].
     Write,
+    /// `#[semaphore(permits = n)]`: [`Client::semaphore`] with n permits.
+    Semaphore(u32),
 }
 
 /// `on_lost = ..`.
@@ -243,6 +245,7 @@ async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error
         Kind::Redlock => client.lock(key),
         Kind::Read => client.read(key),
         Kind::Write => client.write(key),
+        Kind::Semaphore(permits) => client.semaphore(key, permits),
     };
     let mut request = request
         .ttl(spec.ttl)

@@ -21,10 +21,15 @@ local owner = redis.pcall('hget', KEYS[1], 'owner')
 local ttl = tonumber(ARGV[2])
 local fencing = ARGV[7] == '1'
 if type(owner) == 'table' then
-  -- Not a hash: a setnx lock of the same name (a string that expires) or the application's.
+  -- Not a hash: a setnx lock of the same name (a string that expires), a semaphore (a sorted
+  -- set that expires, with its limit), or the application's.
   local kind = redis.call('type', KEYS[1]).ok
   if kind == 'string' and redis.call('pttl', KEYS[1]) >= 0 then
     return {-3, 'setnx'}
+  end
+  if kind == 'zset' and redis.call('pttl', KEYS[1]) >= 0
+      and redis.call('zscore', KEYS[1], 'permits') then
+    return {-3, 'semaphore'}
   end
   return {-1, kind}
 end

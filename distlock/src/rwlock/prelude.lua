@@ -63,6 +63,10 @@ local function load(now)
     if kind == 'string' and redis.call('pttl', KEYS[1]) >= 0 then
       return nil, {-3, 'setnx'}
     end
+    if kind == 'zset' and redis.call('pttl', KEYS[1]) >= 0
+        and redis.call('zscore', KEYS[1], 'permits') then
+      return nil, {-3, 'semaphore'}
+    end
     return nil, {-1, kind}
   end
   if #flat == 0 then

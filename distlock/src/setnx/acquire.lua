@@ -38,8 +38,13 @@ if ARGV[3] ~= '1' and ARGV[4] ~= '1' and not waits then
 end
 local held = redis.pcall('get', KEYS[1])
 if type(held) == 'table' then
-  -- Not a string: the reentrant or read/write lock of the same name, or the application's.
+  -- Not a string: the reentrant or read/write lock or the semaphore of the same name, or the
+  -- application's.
   local kind = redis.call('type', KEYS[1]).ok
+  if kind == 'zset' and redis.call('pttl', KEYS[1]) >= 0
+      and redis.call('zscore', KEYS[1], 'permits') then
+    return {-3, 'semaphore'}
+  end
   if kind == 'hash' and redis.call('pttl', KEYS[1]) >= 0 then
     if redis.call('hexists', KEYS[1], 'owner') == 1 then
       return {-3, 'reentrant'}

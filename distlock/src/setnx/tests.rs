@@ -32,6 +32,7 @@ fn ask(waits: bool, fencing: bool) -> Ask {
         want_holder_ttl: true,
         waits,
         fencing,
+        permits: None,
     }
 }
 
@@ -84,6 +85,7 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
         &*crate::reentrant::REENTRANT,
         &*crate::rwlock::READ,
         &*crate::rwlock::WRITE,
+        &*crate::semaphore::SEMAPHORE,
     ] {
         for waits in [false, true] {
             let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
@@ -99,11 +101,32 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
         let release = mode.release_cmd(&key, &id("n"), "", true, false);
         assert_eq!(declared(&release), [&lock[..]], "{}", mode.mode);
     }
-    for mode in [&*super::SETNX, &*crate::reentrant::REENTRANT] {
+    for mode in [
+        &*super::SETNX,
+        &*crate::reentrant::REENTRANT,
+        &*crate::semaphore::SEMAPHORE,
+    ] {
         assert_eq!(
             declared(&mode.extend_cmd(&key, &id("n"), 1000)),
             [&lock[..]]
         );
+    }
+}
+
+/// A semaphore's acquire always sends the waits flag, so that its number of permits has its
+/// place (ARGV[9]); the other modes never send the number.
+#[test]
+fn a_semaphore_sends_its_permits_after_the_waits_flag() {
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let semaphore = &crate::semaphore::SEMAPHORE;
+    for (waits, flag) in [(false, "0"), (true, "1")] {
+        let ask = Ask {
+            permits: Some(4),
+            ..ask(waits, false)
+        };
+        let sent = args(&semaphore.acquire_script_cmd(&key, &id(""), 1000, ask));
+        assert_eq!(sent.len(), 1 + 1 + 9, "{sent:?}");
+        assert_eq!(sent[sent.len() - 2..], [flag.as_bytes(), b"4"]);
     }
 }
 

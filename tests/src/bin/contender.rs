@@ -7,6 +7,7 @@
 //! contender spread KIND URL OBSERVER PREFIX LOCKS TASKS SECONDS  # TASKS tasks on locks PREFIX-0..LOCKS
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! contender elect URL OBSERVER NAME TTL_MS             # a candidate of the election NAME (below)
+//! contender permits KIND URL OBSERVER NAME TASKS TARGET  # semaphore holders until the observer counts TARGET sections
 //! ```
 //! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
 //! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum,
@@ -22,6 +23,10 @@
 //! deadline its lease gives), until `lost()` resolves (`LOST <term>`, then it campaigns
 //! again) or a `resign` line comes on stdin (`RESIGNED <term>`, then it waits for a
 //! `campaign` line).
+//! KIND may also be `semaphore:N` (a semaphore of N permits). In `permits` mode each section
+//! also enters the process's own occupancy probe: the process exits with an error if it ever
+//! counted more than N of its tasks inside, and the observer's `max_occupancy` counts the
+//! holders of every process together.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -69,6 +74,18 @@ async fn main() {
             )
             .await;
             println!("DONE {sections}");
+        }
+        ["permits", kind, url, observer, name, tasks, target] => {
+            let locks = connect(url).await;
+            let observer = Observer::connect(observer, name).await;
+            permits(
+                &locks,
+                kind,
+                &observer,
+                number(tasks),
+                number(target) as u64,
+            )
+            .await;
         }
         ["spread", kind, url, observer, prefix, locks, tasks, seconds] => {
             let locks_client = connect(url).await;
@@ -144,7 +161,10 @@ fn request<'c>(locks: &'c Client, kind: &str, name: &str) -> LockRequest<'c> {
         "reentrant" => locks.reentrant(name),
         "read" => locks.read(name),
         "write" => locks.write(name),
-        other => panic!("unknown lock kind {other:?}"),
+        other => match other.strip_prefix("semaphore:") {
+            Some(permits) => locks.semaphore(name, number(permits) as u32),
+            None => panic!("unknown lock kind {other:?}"),
+        },
     };
     request.fencing(fenced)
 }
@@ -183,6 +203,59 @@ async fn mutex(locks: &Client, kind: &str, observer: &Observer, tasks: usize, ta
     let mut total = 0;
     for h in handles {
         total += h.await.expect("contender task");
+    }
+    println!("DONE {total}");
+}
+
+/// Tasks that take permits of the semaphore `kind` (`semaphore:N`) until the observer counts
+/// `target` sections, each section inside the observer's probe and the process's own.
+async fn permits(locks: &Client, kind: &str, observer: &Observer, tasks: usize, target: u64) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let limit = kind
+        .split('+')
+        .next()
+        .and_then(|k| k.strip_prefix("semaphore:"))
+        .map(number)
+        .expect("KIND is semaphore:N");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (locks, observer, kind) = (locks.clone(), observer.clone(), kind.to_owned());
+        let (inside, most) = (inside.clone(), most.clone());
+        handles.push(tokio::spawn(async move {
+            let mut sections = 0u64;
+            while observer.acked().await < target && started.elapsed() < MAX_RUN {
+                let guard = request(&locks, &kind, observer.name())
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire within the wait");
+                let here = inside.fetch_add(1, Ordering::AcqRel) + 1;
+                most.fetch_max(here, Ordering::AcqRel);
+                observer.enter().await;
+                // Long enough that the holders of both processes overlap.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                observer.exit().await;
+                inside.fetch_sub(1, Ordering::AcqRel);
+                observer.bump(Duration::ZERO).await;
+                guard.release().await.expect("release a held permit");
+                sections += 1;
+            }
+            sections
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.expect("permit task");
+    }
+    let most = most.load(Ordering::Acquire);
+    if most > limit {
+        eprintln!("{most} tasks of this process held one of {limit} permits at once");
+        std::process::exit(1);
     }
     println!("DONE {total}");
 }

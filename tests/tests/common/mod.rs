@@ -206,7 +206,7 @@ pub fn add_locker(server: &RedisServer, rules: &str) -> String {
 
 /// Every mode once, waits and wake-ups included, on locks named `<prefix>-..`: setnx with a
 /// waiter woken by the release, a reentrant re-entry and extension, readers sharing and a
-/// writer woken when they leave.
+/// writer woken when they leave, a semaphore's permits with a waiter woken by a release.
 pub async fn every_mode_works(locks: &Client, prefix: &str) {
     // setnx (the plain SET acquire) with a waiter (the fencing script) woken by the release,
     // then a fenced holder and a fenced waiter: tokens grow.
@@ -278,4 +278,39 @@ pub async fn every_mode_works(locks: &Client, prefix: &str) {
     r2.release().await.expect("release");
     let w = writer.await.expect("task").expect("the writer gets in");
     w.release().await.expect("release");
+
+    // semaphore: two permits held (fenced: tokens grow), a third waits and is woken by a
+    // release.
+    let name = format!("{prefix}-sem");
+    let p1 = locks
+        .semaphore(&name, 2)
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("semaphore");
+    let mut p2 = locks
+        .semaphore(&name, 2)
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("a second permit");
+    assert!(p2.fencing_token() > p1.fencing_token());
+    p2.extend(Duration::from_secs(20)).await.expect("extend");
+    let waiter = {
+        let (locks, name) = (locks.clone(), name.clone());
+        tokio::spawn(async move {
+            locks
+                .semaphore(&name, 2)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    p1.release().await.expect("release");
+    let p3 = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets a permit");
+    p2.release().await.expect("release");
+    p3.release().await.expect("release");
 }

@@ -1,0 +1,77 @@
+//! A semaphore's state, for [`Client::inspect`](crate::Client::inspect): the number of permits
+//! its holders recorded and the permits held, read as the scripts would (a lease that has
+//! ended by the server's clock counts as gone; layout in `semaphore/prelude.lua`).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::{described, Holder, LockInfo};
+use crate::identity::Described;
+use crate::mode::LockMode;
+use crate::nodes::records;
+
+/// One permit of a semaphore, held now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Permit {
+    /// Who took it.
+    pub holder: Holder,
+    /// Its lease's remaining time.
+    pub remaining: Duration,
+}
+
+/// Fills `info` from the sorted set's members and scores (lowest score first); returns each
+/// permit's description where it points to a process's record, or `None` when the set is not
+/// a semaphore (it has no recorded limit).
+pub(super) fn parse(
+    info: &mut LockInfo,
+    members: &[(String, String)],
+    now: i64,
+) -> Option<Vec<Option<Described>>> {
+    members.iter().find(|(member, _)| member == "permits")?;
+    let mut descriptions = Vec::new();
+    for (member, score) in members {
+        let Ok(score) = score.parse::<f64>() else {
+            continue;
+        };
+        if member == "permits" {
+            info.permits = u32::try_from(-score as i64).ok();
+            continue;
+        }
+        let ends = score as i64;
+        if ends <= now {
+            continue;
+        }
+        let (owner, description) = member.split_once('\t').unwrap_or((member, ""));
+        let (holder, d) = described(owner.to_owned(), description);
+        info.permit_holders.push(Permit {
+            holder,
+            remaining: Duration::from_millis((ends - now) as u64),
+        });
+        descriptions.push(d);
+    }
+    if info.permit_holders.is_empty() {
+        info.permits = None;
+        info.remaining = None;
+    } else {
+        info.mode = Some(LockMode::Semaphore);
+        info.hold_count = info.permit_holders.len() as u32;
+    }
+    Some(descriptions)
+}
+
+/// Completes each permit's holder from its process's record (host, pid, site).
+pub(super) async fn look_up(
+    conn: &mut impl ConnectionLike,
+    prefix: &str,
+    permits: &mut [Permit],
+    descriptions: &[Option<Described>],
+) {
+    for (permit, d) in permits.iter_mut().zip(descriptions) {
+        if let Some(d) = d {
+            let holder = &mut permit.holder;
+            (holder.host, holder.pid, holder.site) = records::look_up(conn, prefix, d).await;
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! A counting semaphore: at most N holders of one name at a time, each holding one permit
+//! with a lease of its own.
+//!
+//! # Data
+//!
+//! One sorted set per semaphore name (one key, so one Redis Cluster slot), at the lock key:
+//!
+//! | member      | score                                                  |
+//! |-------------|--------------------------------------------------------|
+//! | `permits`   | minus the limit N, as recorded by the first holder     |
+//! | `<owner>`   | when that permit's lease ends, in the **server's** ms  |
+//!
+//! The owner is the acquisition's token (126 random bits, then who took it, as a setnx lock's
+//! value), so every acquisition is a permit of its own: a task may hold several permits of
+//! one semaphore, one per guard.
+//!
+//! # What the common designs get wrong, and what this does instead
+//!
+//! * **Each permit's lease is its own.** A counter with one expiry for the whole key (the
+//!   usual `INCR` + `EXPIRE` semaphore) lets a crashed holder's permit live on as long as any
+//!   other holder renews, and frees every permit at once when the key expires. Here every
+//!   script first drops the permits whose own lease has ended, so a crashed holder frees its
+//!   one permit at its own ttl and never another's. The key's `PEXPIRE` follows the latest
+//!   live lease, so an abandoned semaphore still vanishes without any script running.
+//! * **The limit is recorded, not trusted per call.** The first holder records N; a caller
+//!   that asks with another number while a permit is held is refused with
+//!   [`Error::PermitsMismatch`](crate::Error::PermitsMismatch) instead of silently running
+//!   the semaphore at its own limit. Once no permit is held the name is free, and the next
+//!   holder records its own.
+//! * **Releases and renewals touch only the caller's own permit**, found by its token; a
+//!   retried acquisition finds its own permit after a lost reply instead of taking a second.
+//!
+//! # Not on a quorum
+//!
+//! A Redlock client refuses a semaphore: each node would keep its own set of permits, and a
+//! majority of nodes granting a permit does not bound the holders by N. With 3 nodes and
+//! N = 2, holders A, B and C can win the nodes {1, 2}, {2, 3} and {1, 3}: no node grants more
+//! than 2 permits, each holder has a majority, and 3 hold the semaphore. One node, Sentinel
+//! and Cluster keep the whole set in one place.
+//!
+//! # Wake-up, renewal, fencing
+//!
+//! Every release publishes one wake-up on the semaphore's channel: one permit is free, so one
+//! waiter per process is woken to try for it (a waiter also wakes by itself when the first
+//! permit's lease would end, which the busy answer reports). The batched watchdog renews each
+//! permit with the extend script, which renews that permit alone. A fenced acquisition mints a
+//! token from the name's fencing counter, as the other modes do: tokens grow with every fenced
+//! permit taken, so the permits held at one time have distinct tokens.
+
+use std::sync::LazyLock;
+
+use crate::algorithm::{Algorithm, OwnerKind};
+use crate::mode::LockMode;
+
+/// One script: the fencing counters' rule (`fence.lua`), the shared prelude (type check,
+/// expired permits dropped, the key's expiry), then the body.
+macro_rules! script {
+    ($body:literal) => {
+        crate::algorithm::Lua::new(concat!(
+            include_str!("../fence.lua"),
+            include_str!("prelude.lua"),
+            include_str!($body)
+        ))
+    };
+}
+
+/// The counting semaphore.
+pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    mode: LockMode::Semaphore,
+    owner: OwnerKind::Token,
+    shared: true,
+    quorum: false,
+    plain_acquire: false,
+    waited_mark: false,
+    acquire: script!("acquire.lua"),
+    release: script!("release.lua"),
+    extend: script!("extend.lua"),
+});
+
+/// Why a semaphore is refused on a Redlock quorum (see the module doc).
+pub(crate) const NOT_ON_QUORUM: &str = "a semaphore runs on one Redis node, Sentinel or a Cluster, not on a Redlock quorum: each node would keep its own permits, and a majority of nodes granting a permit does not bound the holders by the limit";
