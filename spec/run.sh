@@ -48,6 +48,9 @@ prop_pattern() {
     limit) echo 'gst\[.*<=' ;;               # more guards held than a semaphore's permits
     frees) echo 'gl\[' ;;                    # a permit outlived its own holder's lease
     settles) echo 'acceptance cycle' ;;     # the liveness claim
+    partial) echo '!((((key\[0\]' ;;         # many.pml: a waiter holds a name of its set
+    deadlock) echo 'invalid end state' ;;   # a state where a call can never finish
+    leftover) echo 'key\[0\]==0)&&' ;;       # many.pml: a name left held once all returned
     *) echo "$1" ;;
   esac
 }
@@ -148,6 +151,9 @@ if [ "$long" = 0 ]; then
   run verified redlock          redlock.pml   -
   run verified semaphore        semaphore.pml -
   run live     semaphore-settles semaphore.pml - -DMAXATT=1 -DFAULTS=0
+  run verified many             many.pml      -
+  run verified many-one-slot    many.pml      - -DONE_SLOT
+  run verified many-faults2     many.pml      - -DFAULTS=2
 else
   run verified setnx            setnx.pml     - -DFAULTS=2
   run verified setnx-3clients   setnx.pml     - -DNC=3 -DONE_FULL
@@ -160,6 +166,9 @@ else
   run verified redlock          redlock.pml   - -DFAULTS=2
   run verified semaphore        semaphore.pml - -DFAULTS=2
   run live     semaphore-settles semaphore.pml -
+  run verified many             many.pml      - -DFAULTS=2 -DMAXATT=3
+  run verified many-one-slot    many.pml      - -DONE_SLOT -DFAULTS=2 -DMAXATT=3
+  run verified many-all-full    many.pml      - -DALL_FULL
 fi
 
 # Negative controls: the protocol before each fix must fail. First the two bugs the models
@@ -180,6 +189,13 @@ run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOL
 # finds its own permit without renewing it.
 run control  one-key-semaphore     semaphore.pml frees -DONE_KEY
 run control  retry-no-renew-semaphore semaphore.pml limit -DRETRY_NO_RENEW
+# Several names at once (many.pml): the naive order deadlocks, a waiter that keeps what it
+# took holds part of its set, the first give-back of the Cluster's groups (found by the
+# model) left a group held, and a dropped acquisition must give its names back.
+run control  many-caller-order     many.pml  deadlock -DOLD_CALLER_ORDER -DNO_PARTIAL_CHECK
+run control  many-no-rollback      many.pml  partial  -DNO_ROLLBACK
+run control  many-give-back-taken  many.pml  partial  -DFAULTS=2 -DOLD_GIVE_BACK_TAKEN
+run control  many-no-pending       many.pml  leftover -DNO_PENDING
 
 wait
 report

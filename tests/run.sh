@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/setup.sh
+# The examples as users run them (examples/tests/crate_examples.rs runs each): `cargo test
+# --all-targets` builds them only as test harnesses.
+cargo build --examples
 cargo test --all-targets "$@" -- --skip lost_reply_tier
 cargo test --doc
 # The lost-reply tier (every mode behind a proxy that loses 2 % of the replies), run on its

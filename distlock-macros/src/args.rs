@@ -13,7 +13,7 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
+use syn::{Expr, ExprArray, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 
 use crate::diag::{did_you_mean, list_code, Errors};
 use crate::duration;
@@ -83,6 +83,9 @@ pub struct LockArgs {
     /// (already reported; do not compare against a default).
     given: BTreeSet<String>,
     pub key: Option<LitStr>,
+    /// `key = [..]`: several names at once, each template checked like `key`'s; the span is
+    /// the list's.
+    pub keys: Option<Spanned<Vec<LitStr>>>,
     pub ttl: Option<Spanned<Duration>>,
     pub wait: Option<Spanned<Duration>>,
     pub mode: Option<Spanned<Mode>>,
@@ -207,7 +210,10 @@ impl LockArgs {
         }
         let value = &arg.value;
         match name.as_str() {
-            "key" => self.key = Some(string(&name, value, "order:<id>")?),
+            "key" => match peel(value) {
+                Expr::Array(list) => self.keys = Some(key_list(list)?),
+                _ => self.key = Some(string(&name, value, "order:<id>")?),
+            },
             "ttl" => self.ttl = Some(duration(&name, value)?),
             "wait" => self.wait = Some(duration(&name, value)?),
             "max_hold" => self.max_hold = Some(duration(&name, value)?),
@@ -291,6 +297,53 @@ fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
             value,
             format!("`{name}` takes a string literal, e.g. `{name} = \"{example}\"`"),
         )),
+    }
+}
+
+/// `key = ["account:<from>", "account:<to>"]`: string literals, at least one, no template
+/// twice (one fn would name one lock twice: a slip, not a choice).
+fn key_list(list: &ExprArray) -> syn::Result<Spanned<Vec<LitStr>>> {
+    let span = list.bracket_token.span.join();
+    if list.elems.is_empty() {
+        return Err(syn::Error::new(
+            span,
+            "empty key list: name at least one lock, e.g. `key = [\"account:<from>\", \"account:<to>\"]`",
+        ));
+    }
+    let mut templates: Vec<LitStr> = Vec::with_capacity(list.elems.len());
+    let mut errors: Option<syn::Error> = None;
+    let mut push = |error: syn::Error| match &mut errors {
+        Some(all) => all.combine(error),
+        None => errors = Some(error),
+    };
+    for element in &list.elems {
+        let lit = match peel(element) {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => lit,
+            _ => {
+                push(syn::Error::new_spanned(
+                    element,
+                    "each key of a list is a string literal, e.g. `key = [\"account:<from>\", \"account:<to>\"]`",
+                ));
+                continue;
+            }
+        };
+        if templates.iter().any(|t| t.value() == lit.value()) {
+            push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "duplicate key `{}` in the list: each template names its lock once; remove one",
+                    lit.value()
+                ),
+            ));
+            continue;
+        }
+        templates.push(lit.clone());
+    }
+    match errors {
+        Some(errors) => Err(errors),
+        None => Ok(Spanned::new(templates, span)),
     }
 }
 
@@ -619,6 +672,24 @@ mod tests {
             missing[0].contains("missing value after `ttl =`"),
             "{missing:?}"
         );
+    }
+
+    #[test]
+    fn key_takes_a_list_of_distinct_templates() {
+        let args = parse_ok(
+            AttrKind::Distributed,
+            quote!(key = ["account:<from>", "account:<to>"]),
+        );
+        assert!(args.key.is_none() && args.given("key"));
+        let list: Vec<String> = args.keys.unwrap().value.iter().map(LitStr::value).collect();
+        assert_eq!(list, ["account:<from>", "account:<to>"]);
+        let empty = messages(AttrKind::Distributed, quote!(key = []));
+        assert!(empty[0].contains("empty key list"), "{empty:?}");
+        let bad = messages(AttrKind::Distributed, quote!(key = ["a", 5, "a", b]));
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(bad[0].contains("each key of a list is a string literal"));
+        assert!(bad[1].contains("duplicate key `a`"));
+        assert!(bad[2].contains("each key of a list is a string literal"));
     }
 
     #[test]

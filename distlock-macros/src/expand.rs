@@ -7,7 +7,8 @@
 //! ```text
 //! <attrs> <vis> async fn name<G>(params) -> Ret where W {
 //!     let __distlock_returns = <how to build a Ret from a lock error; checks Ret>;
-//!     let __distlock_key = <format_args! of the template, borrowing the parameters>;
+//!     let __distlock_key = <format_args! of the template, borrowing the parameters;
+//!                           for `key = [..]`, an array of them>;
 //!     let __distlock_client = <client = expr, or the process default>;
 //!     ::distlock::__private::run(__distlock_client, __distlock_key, <Spec>, <on_busy>,
 //!                                __distlock_returns, async move {
@@ -52,7 +53,14 @@ pub fn expand(model: LockModel) -> TokenStream {
     let returns = Ident::new("__distlock_returns", Span::mixed_site());
     let ret = return_type(&model);
     let returns_expr = returns_expr(&model, &ret);
-    let key_expr = key_expr(&model.key);
+    let key_expr = match &model.keys {
+        // `key = [..]`: an array of the rendered names, which `run` takes all at once.
+        Some(list) => {
+            let keys = list.iter().map(key_expr);
+            quote!([#(#keys),*])
+        }
+        None => key_expr(&model.key),
+    };
     let client_expr = client_expr(&model);
     let spec = spec(&model);
     let on_busy = on_busy(&model.on_busy, &model.on_error);
@@ -288,7 +296,14 @@ fn spec(model: &LockModel) -> TokenStream {
         None => quote!(#private::Option::None),
     };
     let min_hold = optional_duration(model.min_hold.as_ref().map(|min| min.value));
-    let template = &model.key.lit;
+    let template = match &model.keys {
+        // The list's label in traces and metrics: its templates as written.
+        Some(list) => {
+            let written: Vec<String> = list.iter().map(|t| t.lit.value()).collect();
+            LitStr::new(&format!("[{}]", written.join(", ")), model.key.lit.span())
+        }
+        None => model.key.lit.clone(),
+    };
     let fn_name = model.item.sig.ident.to_string();
     let record_name = model.record_name;
     let fencing = model.fencing;
@@ -385,6 +400,27 @@ mod tests {
             &out,
             r#"format_args ! ("{{order}}:{}:{}" , __distlock_part0 , __distlock_part1)"#,
         );
+    }
+
+    #[test]
+    fn a_key_list_is_an_array_of_names_labelled_by_its_templates() {
+        let out = expanded(
+            AttrKind::Distributed,
+            quote!(key = ["account:<from>", "account:<to>"]),
+            quote!(
+                async fn transfer(from: u64, to: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        contains(&out, "let __distlock_key = [{");
+        contains(
+            &out,
+            r#"format_args ! ("account:{}" , __distlock_part0)) } , {"#,
+        );
+        contains(&out, "Placeholder (& to) . part ()");
+        contains(&out, r#"template : "[account:<from>, account:<to>]""#);
+        contains(&out, "Kind :: SetNx");
     }
 
     #[test]

@@ -193,7 +193,11 @@ pub struct Placeholder {
 #[derive(Clone, Debug)]
 pub struct LockModel {
     pub kind: LockKind,
+    /// The key template; of a list, the first.
     pub key: KeyTemplate,
+    /// `key = [..]`: every template of the list, in the order written, taken at once
+    /// (`Client::lock_many`). `None` for one key.
+    pub keys: Option<Vec<KeyTemplate>>,
     /// Always > 0.
     pub ttl: Spanned<Duration>,
     /// `0` means a single attempt.

@@ -67,6 +67,7 @@ fn validate(
     let args = args?;
     let bindings = Bindings::of(&item.sig);
     let key = key_template(attr, &args, &item.sig, &bindings, errors);
+    let keys = key_list(attr, &args, &item.sig, &bindings, errors);
     let ttl = ttl(&args, errors);
     let watchdog = watchdog(&args, ttl.as_ref(), errors);
     check_max_hold(&args, errors);
@@ -81,9 +82,17 @@ fn validate(
         AttrKind::Write => Some(LockKind::Write),
         AttrKind::Semaphore => permits(&args, errors),
     };
+    let (key, keys) = match keys {
+        Some(list) => {
+            let list = list?;
+            (list.first()?.clone(), Some(list))
+        }
+        None => (key?, None),
+    };
     Some(LockModel {
         kind: kind?,
-        key: key?,
+        key,
+        keys,
         ttl: ttl?,
         wait: args.wait.unwrap_or(Spanned::default_value(DEFAULT_WAIT)),
         watchdog: watchdog?,
@@ -176,6 +185,59 @@ fn key_template(
         }
         return None;
     };
+    template_of(lit, sig, bindings, errors)
+}
+
+/// `key = [..]`: each template checked as `key`'s (every error reported), for a lock that may
+/// take several names at once: the exclusive `#[distributed_lock]`, as `setnx` or on a
+/// `redlock` quorum. `None` for one key; `Some(None)` once an error is reported.
+fn key_list(
+    attr: AttrKind,
+    args: &LockArgs,
+    sig: &Signature,
+    bindings: &Bindings,
+    errors: &mut Errors,
+) -> Option<Option<Vec<KeyTemplate>>> {
+    let list = args.keys.as_ref()?;
+    let mut ok = true;
+    let mode = args.mode.as_ref().filter(|m| m.value == Mode::Reentrant);
+    if let Some(mode) = mode {
+        errors.push(syn::Error::new(
+            mode.span,
+            "`mode = \"reentrant\"` takes one key: a list of keys takes every name at once, exclusively (as `setnx`, or `redlock` on a quorum); remove `mode`, or give one key",
+        ));
+        ok = false;
+    }
+    if attr != AttrKind::Distributed {
+        errors.push(syn::Error::new(
+            list.span,
+            format!(
+                "`#[{}]` takes one key: a list of keys takes every name at once, exclusively, with `#[distributed_lock(key = [..])]`",
+                attr.name()
+            ),
+        ));
+        ok = false;
+    }
+    let templates: Vec<Option<KeyTemplate>> = list
+        .value
+        .iter()
+        .map(|lit| template_of(lit, sig, bindings, errors))
+        .collect();
+    Some(
+        templates
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .filter(|_| ok),
+    )
+}
+
+/// One key template, split and resolved against the fn's bindings.
+fn template_of(
+    lit: &LitStr,
+    sig: &Signature,
+    bindings: &Bindings,
+    errors: &mut Errors,
+) -> Option<KeyTemplate> {
     let segments = match template::parse(&lit.value()) {
         Ok(segments) => segments,
         Err(template_errors) => {
@@ -773,6 +835,32 @@ mod tests {
                 .len()
                 == 1
         );
+    }
+
+    #[test]
+    fn a_key_list_checks_every_template_and_takes_every_name_exclusively() {
+        let m = model(quote!(key = ["account:<id>", "user:<user>"]), pay());
+        let list = m.keys.expect("a list");
+        assert_eq!(list.len(), 2);
+        assert_eq!(m.key.lit.value(), "account:<id>");
+        let redlock = model(quote!(key = ["a", "b"], mode = "redlock"), pay());
+        assert!(redlock.keys.is_some());
+        let typos = messages(
+            AttrKind::Distributed,
+            quote!(key = ["account:<idd>", "user:<usr>"]),
+            pay(),
+        );
+        assert_eq!(typos.len(), 2, "{typos:?}");
+        assert!(typos[0].contains("`<idd>` names no parameter"), "{typos:?}");
+        assert!(typos[1].contains("`<usr>` names no parameter"), "{typos:?}");
+        let reentrant = messages(
+            AttrKind::Distributed,
+            quote!(key = ["a", "b"], mode = "reentrant"),
+            pay(),
+        );
+        assert!(reentrant[0].contains("takes one key"), "{reentrant:?}");
+        let read = messages(AttrKind::Read, quote!(key = ["a", "b"]), pay());
+        assert!(read[0].contains("`#[read_lock]` takes one key"), "{read:?}");
     }
 
     #[test]

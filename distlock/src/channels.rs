@@ -346,15 +346,18 @@ impl Channels {
 }
 
 impl Listeners for Channels {
-    /// True when a task of this client waits subscribed to `key`'s channel. Its release then
-    /// publishes whether or not the lock is marked as waited for: tasks that queued behind a
-    /// local attempt never sent one, so never marked it, and the local attempt that did mark
-    /// it may be the very hold now released.
+    /// True when a task of this client waits subscribed to `key`'s channel (any name's of a
+    /// set). Its release then publishes whether or not the lock is marked as waited for: tasks
+    /// that queued behind a local attempt never sent one, so never marked it, and the local
+    /// attempt that did mark it may be the very hold now released.
     fn listening(&self, key: &LockKey) -> bool {
-        self.waiting.load(Ordering::Acquire) > 0
-            && self
-                .lock()
-                .get(key.lock())
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let map = self.lock();
+        key.members().iter().any(|name| {
+            map.get(name.lock())
                 .is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
+        })
     }
 }

@@ -267,7 +267,7 @@ impl Guard {
         // Off the table first: the waiter records the same lease under its own task.
         let held = std::mem::take(&mut self.registration.held);
         if held {
-            self.shared.holds.unhold(self.hold.key.lock(), &self.lease);
+            self.shared.holds.unhold(&self.hold.key, &self.lease);
         }
         let transfer = Transfer {
             hold: self.hold.clone(),
@@ -307,7 +307,7 @@ impl Guard {
     fn unregister(&mut self) {
         drop(self.registration.watch.take());
         if std::mem::take(&mut self.registration.held) {
-            self.shared.holds.unhold(self.hold.key.lock(), &self.lease);
+            self.shared.holds.unhold(&self.hold.key, &self.lease);
             self.lease.labels.unheld(self.held_for());
         }
     }

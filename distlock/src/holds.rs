@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::context::LockContext;
+use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::release::Hold;
 use crate::sync::lock;
@@ -75,53 +76,72 @@ pub(crate) struct Holds {
 }
 
 impl Holds {
-    /// The innermost enclosing context (see [`LockContext`]) that holds the lock at `key`
-    /// through this client with a lease still good. A lock nobody here holds costs one map
-    /// lookup.
-    pub(crate) fn holder_in_scope(&self, key: &[u8]) -> Option<LockContext> {
+    /// The innermost enclosing context (see [`LockContext`]) that holds the lock at `key` (any
+    /// name of a set) through this client with a lease still good. A lock nobody here holds
+    /// costs one map lookup.
+    pub(crate) fn holder_in_scope(&self, key: &LockKey) -> Option<LockContext> {
         let holds = lock(&self.table);
-        let here = holds.get(key)?;
-        LockContext::find_enclosing(|c| here.iter().any(|e| e.context == c && e.lease.is_valid()))
+        let held_by =
+            |list: &HoldList, c| list.iter().any(|e| e.context == c && e.lease.is_valid());
+        if let [name] = key.members() {
+            let here = holds.get(name.lock())?;
+            return LockContext::find_enclosing(|c| held_by(here, c));
+        }
+        let here: Vec<&HoldList> = key
+            .members()
+            .iter()
+            .filter_map(|name| holds.get(name.lock()))
+            .collect();
+        if here.is_empty() {
+            return None;
+        }
+        LockContext::find_enclosing(|c| here.iter().any(|list| held_by(list, c)))
     }
 
-    /// Records a hold until [`unhold`](Self::unhold).
+    /// Records a hold (under each name of a set) until [`unhold`](Self::unhold).
     pub(crate) fn hold(&self, hold: &Hold, context: LockContext, lease: Arc<LeaseState>) {
-        let entry = Entry {
-            context,
-            lease,
-            hold: hold.clone(),
-        };
         let mut holds = lock(&self.table);
-        match holds.entry(hold.key.shared().clone()) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(HoldList::One(entry));
-            }
-            std::collections::hash_map::Entry::Occupied(mut here) => {
-                here.get_mut().push(entry);
+        for name in hold.key.members() {
+            let entry = Entry {
+                context,
+                lease: lease.clone(),
+                hold: hold.clone(),
+            };
+            match holds.entry(name.shared().clone()) {
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(HoldList::One(entry));
+                }
+                std::collections::hash_map::Entry::Occupied(mut here) => {
+                    here.get_mut().push(entry);
+                }
             }
         }
     }
 
-    /// Forgets the hold with this lease.
-    pub(crate) fn unhold(&self, key: &[u8], lease: &Arc<LeaseState>) {
+    /// Forgets the hold with this lease (under each name of a set).
+    pub(crate) fn unhold(&self, key: &LockKey, lease: &Arc<LeaseState>) {
         let mut holds = lock(&self.table);
-        if let Some(here) = holds.get_mut(key) {
-            if here.remove(lease) {
-                holds.remove(key);
+        for name in key.members() {
+            if let Some(here) = holds.get_mut(name.lock()) {
+                if here.remove(lease) {
+                    holds.remove(name.lock());
+                }
             }
         }
     }
 
-    /// Forgets every hold, handing back their leases and releases.
+    /// Forgets every hold, handing back their leases and releases (a set's once).
     pub(crate) fn take_all(&self) -> Vec<(Arc<LeaseState>, Hold)> {
         let table = std::mem::take(&mut *lock(&self.table));
-        let mut all = Vec::with_capacity(table.len());
-        for (_, list) in table {
-            match list {
-                HoldList::One(e) => all.push((e.lease, e.hold)),
-                HoldList::Many(entries) => {
-                    all.extend(entries.into_iter().map(|e| (e.lease, e.hold)))
-                }
+        let mut all: Vec<(Arc<LeaseState>, Hold)> = Vec::with_capacity(table.len());
+        let mut seen = std::collections::HashSet::with_capacity(table.len());
+        let entries = table.into_values().flat_map(|list| match list {
+            HoldList::One(e) => vec![e],
+            HoldList::Many(entries) => entries,
+        });
+        for e in entries {
+            if seen.insert(Arc::as_ptr(&e.lease)) {
+                all.push((e.lease, e.hold));
             }
         }
         all

@@ -64,6 +64,10 @@ use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::Error;
 
+mod set;
+
+use set::Members;
+
 /// A validated lock name with its Redis keys. Cheap to clone (one reference count): the guard,
 /// the watchdog and the per-task table each keep one, and the hot path makes no copies.
 #[derive(Debug, Clone)]
@@ -74,8 +78,12 @@ pub(crate) struct LockKey {
     body: usize,
     /// Where the name as the user wrote it sits in `base` (UTF-8, checked by `new`).
     name: Range<usize>,
-    /// The name shortened for messages, only when it is too long to show whole.
+    /// The name for messages where it is not the name in `base`: shortened when too long to
+    /// show whole, or a set's list of names.
     shortened: Option<Arc<str>>,
+    /// A set of names taken together (`Client::lock_many`), in their fixed order; `base` is
+    /// then the first one's (see `set`).
+    set: Option<Arc<Members>>,
 }
 
 /// How much of a long name error messages show.
@@ -159,6 +167,7 @@ impl LockKey {
             body,
             name: start..start + name.len(),
             shortened,
+            set: None,
         })
     }
 
@@ -193,6 +202,7 @@ impl LockKey {
     }
 
     /// A helper key of this lock.
+    #[cfg(test)]
     pub(crate) fn helper(&self, kind: Kind) -> Vec<u8> {
         [
             &self.base[..self.body],

@@ -94,6 +94,10 @@
 //! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
 //!   this process leads, and its [`Leadership`] has a term (the fencing token) and reports its
 //!   loss before the server's lease ends; `observe()` follows who leads.
+//! * [`Client::lock_many`]: several exclusive locks at once, all or none, in one fixed order
+//!   (no deadlock whatever the callers' orders; a waiter holds none of them); each name is
+//!   the same lock as [`Client::lock`] of it. The attribute takes a list:
+//!   `#[distributed_lock(key = ["account:<from>", "account:<to>"])]`.
 //!
 //! How each works: [the design guide](guide::design).
 //!
@@ -177,6 +181,7 @@ mod key;
 mod lease;
 mod lock;
 mod majority;
+mod many;
 mod mode;
 mod nodes;
 mod notify;

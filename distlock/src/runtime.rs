@@ -50,6 +50,19 @@ impl Shared {
     pub(crate) fn key(&self, name: &[u8]) -> Result<LockKey, Error> {
         LockKey::new(&self.prefix, name, self.max_name_len)
     }
+
+    /// The keys of the set of locks `names` (see `key::set`), or why a name (or an empty
+    /// list) is refused.
+    pub(crate) fn set_key<N: AsRef<[u8]>>(
+        &self,
+        names: impl IntoIterator<Item = N>,
+    ) -> Result<LockKey, Error> {
+        let keys = names
+            .into_iter()
+            .map(|name| self.key(name.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        LockKey::set(keys)
+    }
 }
 
 /// What [`Client::shutdown`](crate::Client::shutdown) did.

@@ -101,6 +101,23 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// Waits from now on for the release of `key`, the name of a set (`Client::lock_many`) that
+    /// the last attempt found busy; nothing changes while it is the name already waited for.
+    /// What this caller had on another name (its place in the queue, the probe, the last
+    /// wake-up) is left to that name's other waiters.
+    pub(crate) fn listen_to(&mut self, key: &LockKey) {
+        // A single name is always the one waited for: the same key, shared.
+        if std::sync::Arc::ptr_eq(key.shared(), self.key.shared()) || key.lock() == self.key.lock()
+        {
+            return;
+        }
+        self.key = key.clone();
+        self.subscription = None;
+        self.in_flight = None;
+        self.probe = None;
+        self.woken = false;
+    }
+
     /// The hold a local holder handed this caller while it waited, if any: the caller now
     /// holds the lock and must not attempt again.
     pub(crate) fn take_handed(&mut self) -> Option<Transfer> {

@@ -1,6 +1,8 @@
 //! The examples users find with `cargo run -p distlock --example <name>` (distlock/examples/),
-//! each run as a user would run it, against servers the test kit starts. They are built by
-//! `cargo test --all-targets` (tests/run.sh); run alone, this test asks for them to be built.
+//! each run as a user would run it, against servers the test kit starts. `cargo test
+//! --all-targets` builds examples as test harnesses, not as the programs users run, so
+//! tests/run.sh builds them first (`cargo build --examples`); run
+//! alone, this test asks for that.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -25,7 +27,7 @@ fn example(name: &str) -> PathBuf {
         .join(name);
     assert!(
         path.exists(),
-        "{} is not built: cargo build -p distlock --examples --features axum",
+        "{} is not built: cargo build --examples",
         path.display()
     );
     path

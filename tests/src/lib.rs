@@ -17,6 +17,8 @@
 //! * [`Keeper`] — owns one such deployment for a whole test binary.
 //! * [`Observer`] — occupancy and lost-update probes for mutual-exclusion
 //!   tests, shared by several processes through a separate server.
+//! * [`Bank`] — accounts on a server of their own and the transfer locked on
+//!   two of them at once (`key = [..]`), for tests of several locks at once.
 //! * [`PostgresServer`] — a private PostgreSQL (`initdb` into a temp dir, the
 //!   server on a free loopback port) for the fenced-write example.
 //!
@@ -37,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod kit {
+    pub(crate) mod bank;
     pub(crate) mod binary;
     pub(crate) mod cluster;
     pub(crate) mod keeper;
@@ -50,6 +53,7 @@ mod kit {
     pub(crate) mod wait;
 }
 
+pub use kit::bank::{Bank, TransferError};
 pub use kit::binary::{
     ensure_redis_available, ensure_redis_cli_available, redis_cli_path, redis_server_path,
     REDIS_CLI_ENV, REDIS_SERVER_ENV,

@@ -3,7 +3,8 @@
 //! proptest-state-machine generates sequences of lock operations by four owners (two clients,
 //! each behind its own fault proxy, times two explicit `LockContext`s) on two lock names whose
 //! mode (setnx, reentrant, write-only, read/write or a semaphore of `PERMITS`) is part of the
-//! generated initial state.
+//! generated initial state; where both are setnx locks, also on the two at once (`lock_many`,
+//! the "lock" `LOCKS`).
 //! Every step is run against the real server and its outcome is checked against a model that
 //! knows, per hold, whether the server certainly still has it (`Live`: watchdog on), may have
 //! it (`Maybe`: a 300 ms lease without watchdog, or a hold whose fate a lost reply hid) or
@@ -35,6 +36,9 @@ const OWNERS: usize = CLIENTS * CONTEXTS_PER_CLIENT;
 const LOCKS: usize = 2;
 /// A semaphore's permits: fewer than the owners, so that it fills up.
 const PERMITS: usize = 2;
+/// The lock index that stands for both names at once (`Client::lock_many`, only where both
+/// are setnx locks): a hold on it is a hold on each.
+const BOTH: usize = LOCKS;
 /// A hold the watchdog renews: the model counts on it for as long as it is not released.
 const LONG_TTL: Duration = Duration::from_secs(3);
 /// A hold without watchdog: may end at any step, certainly ends soon (see `Op::Expire`).
@@ -57,6 +61,16 @@ fn cases() -> u32 {
 
 fn lock_name(lock: usize) -> String {
     format!("m{lock}")
+}
+
+/// Whether a hold on `held` (a name, or `BOTH`) is a hold on the name `lock`.
+fn covers(held: usize, lock: usize) -> bool {
+    held == lock || held == BOTH
+}
+
+/// The names a hold on `held` holds.
+fn names(held: usize) -> Vec<usize> {
+    (0..LOCKS).filter(|&l| covers(held, l)).collect()
 }
 
 fn lock_key(lock: usize) -> String {
@@ -91,8 +105,9 @@ enum Fault {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// `try_acquire` by `owner`; `read` picks the side in `ReadWrite` mode; `short` means
-    /// `SHORT_TTL` without watchdog. `id` names the guard for later operations.
+    /// `try_acquire` by `owner` (of both names when `lock` is `BOTH`); `read` picks the side
+    /// in `ReadWrite` mode; `short` means `SHORT_TTL` without watchdog. `id` names the guard
+    /// for later operations.
     Acquire {
         id: usize,
         owner: usize,
@@ -152,7 +167,12 @@ impl ReferenceStateMachine for LockModel {
     type Transition = Op;
 
     fn init_state() -> BoxedStrategy<RefState> {
-        (mode_strategy(), mode_strategy())
+        // Both setnx a quarter of the time more, for the cases that take both names at once.
+        let modes = prop_oneof![
+            3 => (mode_strategy(), mode_strategy()),
+            1 => Just((Mode::Setnx, Mode::Setnx)),
+        ];
+        modes
             .prop_map(|(a, b)| RefState {
                 modes: [a, b],
                 next_id: 0,
@@ -164,7 +184,13 @@ impl ReferenceStateMachine for LockModel {
     fn transitions(state: &RefState) -> BoxedStrategy<Op> {
         let id = state.next_id;
         let short = prop::bool::weighted(0.35);
-        let acquire = (0..OWNERS, 0..LOCKS, any::<bool>(), short, fault_strategy()).prop_map(
+        // Both names at once where both are setnx locks (a set's names are setnx locks).
+        let locks = if state.modes == [Mode::Setnx; LOCKS] {
+            0..BOTH + 1
+        } else {
+            0..LOCKS
+        };
+        let acquire = (0..OWNERS, locks, any::<bool>(), short, fault_strategy()).prop_map(
             move |(owner, lock, read, short, fault)| Op::Acquire {
                 id,
                 owner,
@@ -515,8 +541,13 @@ impl Sut {
         }
     }
 
+    /// The mode of `lock` (`BOTH`: setnx, as each of its names is).
+    fn mode(&self, lock: usize) -> Mode {
+        self.modes.get(lock).copied().unwrap_or(Mode::Setnx)
+    }
+
     fn kind(&self, lock: usize, read: bool) -> Kind {
-        match self.modes[lock] {
+        match self.mode(lock) {
             Mode::Setnx | Mode::Reentrant => Kind::Exclusive,
             Mode::Write => Kind::Write,
             Mode::ReadWrite if read => Kind::Read,
@@ -525,16 +556,18 @@ impl Sut {
         }
     }
 
+    /// The holds that may be on `lock` (a name, or `BOTH`: on either name).
     fn on_lock(&self, lock: usize) -> impl Iterator<Item = &Hold> {
-        self.holds
-            .values()
-            .filter(move |h| h.lock == lock && h.status != Status::Gone)
+        self.holds.values().filter(move |h| {
+            names(lock).iter().any(|&l| covers(h.lock, l)) && h.status != Status::Gone
+        })
     }
 
-    /// Marks every hold on `lock` matching `which` as gone (orphans are forgotten).
+    /// Marks every hold on `lock` (a name, or `BOTH`: either) matching `which` as gone
+    /// (orphans are forgotten).
     fn gone(&mut self, lock: usize, which: impl Fn(&Hold) -> bool) {
         for hold in self.holds.values_mut() {
-            if hold.lock == lock && which(hold) {
+            if names(lock).iter().any(|&l| covers(hold.lock, l)) && which(hold) {
                 hold.status = Status::Gone;
             }
         }
@@ -581,7 +614,7 @@ impl Sut {
         // Tokens an Ok may carry: a tenure's own (None: unknown), or a new, larger one.
         let mut same: Vec<Option<u64>> = Vec::new();
         let mut new_ok = false;
-        match (self.modes[lock], kind) {
+        match (self.mode(lock), kind) {
             (_, Kind::Permit) => {
                 // Any owner may hold several permits; only the count of holds decides.
                 let live = mine_live.len() + theirs_live.len();
@@ -662,7 +695,7 @@ impl Sut {
                 }
             }
         }
-        if self.modes[lock] == Mode::Setnx && new_ok {
+        if self.mode(lock) == Mode::Setnx && new_ok {
             allowed.insert(Outcome::Ok);
         }
         if fault != Fault::None {
@@ -672,7 +705,8 @@ impl Sut {
         let client = &self.clients[Self::client_of(owner)];
         let name = lock_name(lock);
         let ttl = if short { SHORT_TTL } else { LONG_TTL };
-        let request = match self.modes[lock] {
+        let request = match self.mode(lock) {
+            Mode::Setnx if lock == BOTH => client.lock_many([lock_name(0), lock_name(1)]),
             Mode::Setnx => client.lock(&name),
             Mode::Reentrant => client.reentrant(&name),
             Mode::Write | Mode::ReadWrite if kind == Kind::Read => client.read(&name),
@@ -690,7 +724,12 @@ impl Sut {
             Err(e) => classify(e),
         };
         self.log.push(format!(
-            "#{id} owner {owner} acquire {kind:?} of m{lock}{} [{fault:?}] -> {}",
+            "#{id} owner {owner} acquire {kind:?} of {}{} [{fault:?}] -> {}",
+            if lock == BOTH {
+                "m0+m1".to_owned()
+            } else {
+                lock_name(lock)
+            },
             if short { " short" } else { "" },
             match &result {
                 Ok(g) => format!("Ok(fence {:?})", g.fencing_token()),
@@ -707,7 +746,12 @@ impl Sut {
                 let Some(fence) = guard.fencing_token() else {
                     self.fail("no fencing token, though fencing(true) asked for one");
                 };
-                let max = self.max_fence[lock];
+                // A set's token is above each name's earlier tokens.
+                let max = names(lock)
+                    .iter()
+                    .map(|&l| self.max_fence[l])
+                    .max()
+                    .unwrap_or(0);
                 if kind == Kind::Read {
                     // Readers get the latest write tenure's token.
                     let ok = if self.unseen_fence[lock] {
@@ -730,8 +774,11 @@ impl Sut {
                 } else if same.iter().any(|f| f.is_none_or(|f| f == fence)) && fence <= max {
                     // Re-entry of a tenure: nothing else changed.
                 } else if new_ok && fence > max {
-                    // A new tenure: every earlier hold on this lock must have ended.
-                    self.max_fence[lock] = fence;
+                    // A new tenure: every earlier hold on this lock must have ended (each name
+                    // of a set's counter was raised to its token).
+                    for l in names(lock) {
+                        self.max_fence[l] = fence;
+                    }
                     self.gone(lock, |_| true);
                     self.intents.retain(|&(o, l, _)| !(o == owner && l == lock));
                 } else {
@@ -764,7 +811,9 @@ impl Sut {
                     // The request may have taken the lock; the give-back runs in the
                     // background.
                     if kind != Kind::Read {
-                        self.unseen_fence[lock] = true;
+                        for l in names(lock) {
+                            self.unseen_fence[l] = true;
+                        }
                     }
                     self.orphan(Hold {
                         owner,
@@ -881,16 +930,21 @@ impl Sut {
             Kind::Write => count_prefix(fields, "w:"),
             Kind::Permit => permits_held(fields),
         };
-        let setnx = self.modes[lock] == Mode::Setnx;
-        let before_value = if setnx { get_string(lock) } else { None };
-        let before = held(&key_state(lock).1);
+        let setnx = self.mode(lock) == Mode::Setnx;
+        let values = || names(lock).into_iter().map(get_string).collect::<Vec<_>>();
+        let before_values = if setnx { values() } else { Vec::new() };
+        let before = if setnx { 0 } else { held(&key_state(lock).1) };
         {
             let _in_runtime = self.rt.enter();
             drop(guard);
         }
         let released = poll(Duration::from_secs(2), || {
             if setnx {
-                get_string(lock) != before_value
+                // Every name's value changed: a set's names go together.
+                values()
+                    .iter()
+                    .zip(&before_values)
+                    .all(|(now, before)| now != before)
             } else {
                 held(&key_state(lock).1) < before
             }
@@ -927,7 +981,7 @@ impl Sut {
         for lock in 0..LOCKS {
             // Exclusion as the guards report it.
             let mut holders: Vec<(usize, Kind)> = Vec::new();
-            for h in self.holds.values().filter(|h| h.lock == lock) {
+            for h in self.holds.values().filter(|h| covers(h.lock, lock)) {
                 let Some(guard) = &h.guard else { continue };
                 let held = guard.is_held();
                 if h.status == Status::Live && !held {
@@ -943,7 +997,7 @@ impl Sut {
                 }
             }
             let owners: BTreeSet<usize> = holders.iter().map(|(o, _)| *o).collect();
-            if self.modes[lock] == Mode::Semaphore {
+            if self.mode(lock) == Mode::Semaphore {
                 if holders.len() > PERMITS {
                     self.fail(format!(
                         "m{lock}: more than {PERMITS} permits held: {holders:?}"
@@ -975,12 +1029,12 @@ impl Sut {
                     "m{lock}: nothing holds it but the key is there: {key_type} {fields:?}"
                 ));
             }
-            let expected_type = match self.modes[lock] {
+            let expected_type = match self.mode(lock) {
                 Mode::Setnx => "string",
                 Mode::Semaphore => "zset",
                 _ => "hash",
             };
-            if self.modes[lock] == Mode::Semaphore && key_type != "none" {
+            if self.mode(lock) == Mode::Semaphore && key_type != "none" {
                 let n = permits_held(&fields);
                 let live = count(Kind::Permit, Status::Live);
                 let maybe = count(Kind::Permit, Status::Maybe);
@@ -1000,7 +1054,7 @@ impl Sut {
                 (Kind::Write, "w:"),
             ];
             for (kind, prefix) in per_acquisition {
-                if matches!(self.modes[lock], Mode::Setnx | Mode::Semaphore) {
+                if matches!(self.mode(lock), Mode::Setnx | Mode::Semaphore) {
                     break;
                 }
                 let n = count_prefix(&fields, prefix);

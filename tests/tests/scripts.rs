@@ -117,7 +117,7 @@ fn second(v: &Value) -> i64 {
 async fn setnx_scripts_touch_only_declared_keys_and_pass_only_strings() {
     let server = RedisServer::start();
     let mut c = server.async_connection().await;
-    let acquire = script(&["fence.lua", "setnx/acquire.lua"]);
+    let acquire = script(&["fence.lua", "held_as.lua", "setnx/acquire.lua"]);
     let release = script(&["setnx/release.lua"]);
     let extend = script(&["setnx/extend.lua"]);
     let (lock, fence, waited) = (
@@ -191,6 +191,115 @@ async fn setnx_scripts_touch_only_declared_keys_and_pass_only_strings() {
     assert!(second(&r) > first);
     let r = run(&mut c, "release", &release, &[lock, waited], &["c"]).await;
     assert_eq!(int(&r), 1);
+}
+
+/// A set of names (`lock_many`): every path of its scripts, with the counters and marks of
+/// each name declared after the lock keys, and the quorum's and the Cluster's raise of the
+/// counters.
+#[tokio::test]
+async fn lock_many_scripts_touch_only_declared_keys_and_pass_only_strings() {
+    let server = RedisServer::start();
+    let mut c = server.async_connection().await;
+    let acquire = script(&["fence.lua", "held_as.lua", "many/acquire.lua"]);
+    let release = script(&["many/release.lua"]);
+    let extend = script(&["many/extend.lua"]);
+    let raise = script(&["fence.lua", "nodes/raise_fence.lua"]);
+    let locks = ["distlock:{m1}", "distlock:{m2}"];
+    let fences = ["distlock:#fence:{m1}", "distlock:#fence:{m2}"];
+    let marks = ["distlock:#waited:{m1}", "distlock:#waited:{m2}"];
+    let all = |parts: &[&[&'static str]]| parts.concat();
+    let long = "100000000";
+    // Fenced: both taken, one token, each counter raised to it.
+    let r = run(
+        &mut c,
+        "fenced acquire",
+        &acquire,
+        &all(&[&locks, &fences]),
+        &["a", long, "0", "1", "", "", "1"],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
+    let token = second(&r);
+    // Retried after a lost reply: its own hold and token.
+    let r = run(
+        &mut c,
+        "retried acquire",
+        &acquire,
+        &all(&[&locks, &fences]),
+        &["a", long, "1", "1", "", "", "1"],
+    )
+    .await;
+    assert_eq!((int(&r), second(&r)), (1, token));
+    // A waiter finds the first busy and marks it.
+    let r = run(
+        &mut c,
+        "fenced waiter",
+        &acquire,
+        &all(&[&locks, &fences, &marks]),
+        &["b", "1000", "0", "1", "", "", "1", "1"],
+    )
+    .await;
+    match &r {
+        Value::Array(items) => assert_eq!((int(&items[0]), int(&items[2])), (0, 1), "{r:?}"),
+        other => panic!("not an answer: {other:?}"),
+    }
+    let r = run(
+        &mut c,
+        "waiter",
+        &acquire,
+        &all(&[&locks, &marks]),
+        &["b", "1000", "0", "1", "", "", "0", "1"],
+    )
+    .await;
+    assert_eq!(int(&r), 0);
+    assert_eq!(
+        int(&run(&mut c, "extend", &extend, &locks, &["a", long, ""]).await),
+        100_000_000
+    );
+    let r = run(
+        &mut c,
+        "raise",
+        &raise,
+        &fences,
+        &[&(token + 10).to_string()],
+    )
+    .await;
+    assert_eq!(int(&r), token + 10);
+    let r = run(
+        &mut c,
+        "release",
+        &release,
+        &all(&[&locks, &marks]),
+        &["a", "", "w1", "s", "1"],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
+    // One name held by another: busy, and the free one is left free.
+    let _: () = redis::cmd("SET")
+        .arg(locks[1])
+        .arg("other")
+        .arg("PX")
+        .arg("5000")
+        .query_async(&mut c)
+        .await
+        .expect("SET");
+    let r = run(
+        &mut c,
+        "busy",
+        &acquire,
+        &locks,
+        &["c", "1000", "0", "0", "", "", "0"],
+    )
+    .await;
+    assert_eq!(int(&r), 0);
+    let free: bool = redis::cmd("EXISTS")
+        .arg(locks[0])
+        .query_async(&mut c)
+        .await
+        .expect("EXISTS");
+    assert!(!free, "nothing taken in part");
+    let r = run(&mut c, "release", &release, &all(&[&locks, &marks]), &["c"]).await;
+    assert_eq!(int(&r), 0);
 }
 
 #[tokio::test]

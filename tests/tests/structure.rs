@@ -5,7 +5,7 @@
 //! |---|---|
 //! | leaves | error, config, key, identity, context, telemetry, lease, sync, majority, guide |
 //! | wire | conn |
-//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore |
+//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
@@ -40,7 +40,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("wire", &["conn"]),
     (
         "protocol",
-        &["algorithm", "setnx", "reentrant", "rwlock", "semaphore"],
+        &[
+            "algorithm",
+            "setnx",
+            "reentrant",
+            "rwlock",
+            "semaphore",
+            "many",
+        ],
     ),
     ("nodes", &["nodes"]),
     ("upkeep", &["watchdog", "release"]),

@@ -37,7 +37,12 @@ pub(crate) enum Attempt {
     /// Held, with this fencing token when one was asked for.
     Acquired { fence: Option<u64> },
     /// Held by someone else, whose lease has this much left (when the server said).
-    Busy { holder_ttl: Option<Duration> },
+    /// `member`: which name is (the first found busy), by its place in
+    /// [`LockKey::members`]; 0 for a single name.
+    Busy {
+        holder_ttl: Option<Duration>,
+        member: usize,
+    },
 }
 
 /// What one acquire attempt asks for besides the hold.
@@ -134,7 +139,8 @@ impl Algorithm {
     ) -> Cmd {
         let flag = |on: bool| if on { "1" } else { "0" };
         let marks = ask.waits && self.waited_mark;
-        let keys = 1 + usize::from(ask.fencing) + usize::from(marks);
+        let names = key.members();
+        let keys = names.len() * (1 + usize::from(ask.fencing) + usize::from(marks));
         let bytes =
             keys * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
         let flags = if ask.permits.is_some() {
@@ -143,12 +149,18 @@ impl Algorithm {
             usize::from(ask.waits)
         };
         let mut cmd = evalsha(&self.acquire, keys, keys + 7 + flags, bytes);
-        cmd.arg(key.lock());
+        for name in names {
+            cmd.arg(name.lock());
+        }
         if ask.fencing {
-            cmd.arg(key.helper_arg(Kind::Fence));
+            for name in names {
+                cmd.arg(name.helper_arg(Kind::Fence));
+            }
         }
         if marks {
-            cmd.arg(key.helper_arg(Kind::Waited));
+            for name in names {
+                cmd.arg(name.helper_arg(Kind::Waited));
+            }
         }
         cmd.arg(&*id.owner)
             .arg(ttl_ms)
@@ -222,7 +234,10 @@ impl Algorithm {
             }
             Value::BulkString(held) => {
                 if !call.ask.waits && is_lock_value(&held) {
-                    return Ok(Attempt::Busy { holder_ttl: None });
+                    return Ok(Attempt::Busy {
+                        holder_ttl: None,
+                        member: 0,
+                    });
                 }
                 // A caller that waits marks the lock as waited for, so that its release
                 // publishes, in the same step that finds it busy (and learns the holder's
@@ -365,6 +380,8 @@ fn short_reply() -> redis::RedisError {
         .into()
 }
 
+/// An acquire script's reply (see the table in the parent module), `key` the lock or set
+/// it was about.
 pub(crate) fn parse_acquire(
     requested: LockMode,
     key: &LockKey,
@@ -381,21 +398,34 @@ pub(crate) fn parse_acquire(
     let Value::Array(items) = reply else {
         return Err(malformed());
     };
-    match items.as_slice() {
+    // The name an answer concerns: its place in the set, from 1, when the script says (a
+    // semaphore's `{-4, recorded, asked}` is three items of its own).
+    let (items, member) = match items.as_slice() {
+        [first @ .., Value::Int(place)] if first.len() == 2 && first[0] != Value::Int(-4) => {
+            let member = usize::try_from(*place)
+                .ok()
+                .and_then(|place| place.checked_sub(1))
+                .filter(|&member| member < key.members().len())
+                .ok_or_else(malformed)?;
+            (first, member)
+        }
+        items => (items, 0),
+    };
+    let name = || key.members()[member].name().to_owned();
+    match items {
         // A negative token: none was asked for.
         [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
             fence: u64::try_from(*fence).ok(),
         }),
         [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
             holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),
+            member,
         }),
         // Refused for good, not busy: the task holds the read side and asked for the write side.
-        [Value::Int(-2), _] => Err(Error::Upgrade {
-            name: key.name().to_owned(),
-        }),
+        [Value::Int(-2), _] => Err(Error::Upgrade { name: name() }),
         [Value::Int(-3), held_as] => match LockMode::named(&text(held_as)) {
             Some(held_as) => Err(Error::ModeConflict {
-                name: key.name().to_owned(),
+                name: name(),
                 held_as,
                 requested,
             }),
@@ -413,7 +443,7 @@ pub(crate) fn parse_acquire(
             }
         }
         [Value::Int(-1), found] => Err(Error::WrongType {
-            name: key.name().to_owned(),
+            name: name(),
             found: text(found),
         }),
         _ => Err(malformed()),

@@ -10,6 +10,11 @@
 //! | release | lock (its string is its channel), then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
 //! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
+//! A set of names (`Client::lock_many`, see `key::set`) is one hold on several locks: each
+//! kind of key comes once per name, in the set's order (every lock key, then every fencing
+//! counter, then every mark), and the answers that concern one name (busy, another type,
+//! another mode) add its place in the set, from 1: `{0, holder ms, i}`, `{-1, type, i}`,
+//! `{-3, mode, i}`. A single name is a set of one, so its calls are exactly the ones above.
 //! Every key a script touches is one of its KEYS (Redis Cluster and ACL key patterns rely on
 //! the declaration), and a key it does not touch on a call is not sent: each argument costs
 //! the server work on every call (see `setnx/release.lua`). Keys come from [`LockKey`], whose
@@ -122,12 +127,17 @@ impl Algorithm {
             .iter()
             .rposition(|a| !a.is_empty())
             .map_or(0, |i| i + 1);
-        let keys = 1 + usize::from(self.waited_mark);
+        let names = key.members();
+        let keys = names.len() * (1 + usize::from(self.waited_mark));
         let bytes = keys * (key.lock().len() + 8) + args.iter().map(|a| a.len()).sum::<usize>();
         let mut cmd = evalsha(&self.release, keys, keys + sent, bytes);
-        cmd.arg(key.lock());
+        for name in names {
+            cmd.arg(name.lock());
+        }
         if self.waited_mark {
-            cmd.arg(key.helper_arg(Kind::Waited));
+            for name in names {
+                cmd.arg(name.helper_arg(Kind::Waited));
+            }
         }
         for arg in &args[..sent] {
             cmd.arg(*arg);
@@ -166,12 +176,13 @@ impl Algorithm {
     /// The extension as a command: makes the lease last at least `ttl_ms` from now if the
     /// acquisition is still held.
     pub(crate) fn extend_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64) -> Cmd {
-        let bytes = key.lock().len() + id.owner.len() + id.nonce.len() + 24;
-        let mut cmd = evalsha(&self.extend, 1, 4, bytes);
-        cmd.arg(key.lock())
-            .arg(&*id.owner)
-            .arg(ttl_ms)
-            .arg(&*id.nonce);
+        let names = key.members();
+        let bytes = names.len() * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + 16;
+        let mut cmd = evalsha(&self.extend, names.len(), names.len() + 3, bytes);
+        for name in names {
+            cmd.arg(name.lock());
+        }
+        cmd.arg(&*id.owner).arg(ttl_ms).arg(&*id.nonce);
         cmd
     }
 

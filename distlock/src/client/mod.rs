@@ -199,6 +199,57 @@ impl Client {
         )
     }
 
+    /// Several exclusive locks at once, all or none: the guard holds every name, and
+    /// [`Guard::is_held`](crate::Guard::is_held) is true only while every name is held (the
+    /// lease is the shortest of the names'; the watchdog renews them all, and losing any one
+    /// loses the set). One release frees every name.
+    ///
+    /// Each name is the same lock as [`lock`](Self::lock) of that name: `lock_many(["a", "b"])`
+    /// excludes `lock("a")`, and `lock("a")` excludes the set. The names are taken in one fixed
+    /// order whatever the order given (duplicates count once), so callers asking for `[a, b]`
+    /// and `[b, a]` never deadlock, and a caller that finds a name busy holds none of them while
+    /// it waits, for that name's release. An acquisition that fails or is dropped leaves no
+    /// name taken. On one node, through Sentinel and on each node of a quorum the names are
+    /// taken in one script; on a Redis Cluster, the names of each slot together, a slot at a
+    /// time, what was taken given back when a later slot is busy (give related names one hash
+    /// tag, `account:{7}`, to keep them in one slot).
+    ///
+    /// The request takes every setting of [`lock`](Self::lock)'s; with
+    /// [`fencing(true)`](LockRequest::fencing) the set gets one token, above every earlier
+    /// token of each of its names. Under steady contention a set may wait longer than single
+    /// locks of its names: it needs all of them free at once. A task holding one of the names
+    /// gets [`Error::Reentrant`] at once. Errors and the guard's
+    /// [`name`](crate::Guard::name) show the set as `[a, b]` (in its fixed order), but
+    /// [`Error::ModeConflict`] and [`Error::WrongType`] name the one name they concern.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// let (from, to) = ("account:7", "account:3");
+    /// let both = locks
+    ///     .lock_many([from, to])
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .acquire()
+    ///     .await?;
+    /// // ... move the money: no other transfer touches either account meanwhile ...
+    /// both.release().await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn lock_many<I, N>(&self, names: I) -> LockRequest<'_>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        LockRequest::of_key(
+            &self.inner,
+            &crate::many::MANY,
+            self.inner.set_key(names),
+            std::panic::Location::caller(),
+        )
+    }
+
     /// A reentrant exclusive lock: the same task (or [`LockContext`](crate::LockContext)) may take it again while
     /// holding it, and must release it as often as it took it; other tasks wait.
     #[track_caller]

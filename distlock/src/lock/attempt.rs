@@ -112,8 +112,9 @@ impl Plan<'_> {
             }
             replicas.validate(shared.response_timeout)?;
         }
-        // The current context, or the one around it that already holds this lock.
-        let holder = shared.holds.holder_in_scope(key.lock());
+        // The current context, or the one around it that already holds this lock (or a name
+        // of this set).
+        let holder = shared.holds.holder_in_scope(&key);
         // Waiting on oneself would never end, unless holders share the lock: a semaphore's
         // task takes one more permit.
         if algorithm.owner == OwnerKind::Token && !algorithm.shared && holder.is_some() {
@@ -139,6 +140,7 @@ impl Plan<'_> {
             Some(period)
                 if shared.handoff.passes > 0
                     && algorithm.owner == OwnerKind::Token
+                    && !key.is_set()
                     && !quorum
                     && !fencing
                     && max_hold.is_none()
@@ -341,8 +343,9 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
     );
     // Tasks of this process already waiting for the lock go first (unless holders may share
     // it: a reader can get in beside the readers inside). A re-entry never queues: those
-    // tasks wait for the very hold it extends.
-    if waits && !plan.algorithm.shared && !plan.reentry {
+    // tasks wait for the very hold it extends. Nor does a set of names: it waits for the
+    // name its attempt finds busy, which it does not know yet.
+    if waits && !plan.algorithm.shared && !plan.reentry && !plan.key.is_set() {
         if unless_closed(shared, waiter.arrive(plan.wait))
             .await
             .is_err()
@@ -409,8 +412,12 @@ async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
                 (None, None)
             }
             // The scripts check for this acquisition's own hold, so busy means not ours.
-            Ok(Attempt::Busy { holder_ttl }) => {
+            Ok(Attempt::Busy { holder_ttl, member }) => {
                 pending.armed = false;
+                // A set waits for the release of the name found busy.
+                if let Some(name) = plan.key.members().get(member) {
+                    waiter.listen_to(name);
+                }
                 waiter.busy_after_release();
                 (None, holder_ttl)
             }

@@ -48,10 +48,21 @@ impl<'c> LockRequest<'c> {
         name: &[u8],
         caller: &'static Location<'static>,
     ) -> Self {
+        LockRequest::of_key(shared, algorithm, shared.key(name), caller)
+    }
+
+    /// A request for `key`, made already: a set of names (see `Client::lock_many`), or why
+    /// it is refused (reported when the request is awaited).
+    pub(crate) fn of_key(
+        shared: &'c Arc<Shared>,
+        algorithm: &'static Algorithm,
+        key: Result<LockKey, Error>,
+        caller: &'static Location<'static>,
+    ) -> Self {
         LockRequest {
             shared,
             algorithm,
-            key: shared.key(name),
+            key,
             ttl: DEFAULT_TTL,
             wait: DEFAULT_WAIT,
             watchdog: true,

@@ -26,6 +26,7 @@
 //! matters).
 
 mod eviction;
+mod groups;
 mod health;
 pub(crate) mod node;
 pub(crate) mod records;
@@ -36,15 +37,16 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::algorithm::{evalsha, invoke, Algorithm, Ask, Attempt, HoldId, Lua};
+use crate::algorithm::{invoke, Algorithm, Ask, Attempt, HoldId, Lua};
 use crate::config::Replicas;
 use crate::conn::{no_answer_within, Conn};
 use crate::error::{Error, NodeError};
 
 use crate::identity;
-use crate::key::{Kind, LockKey};
+use crate::key::LockKey;
 use crate::majority::Majority;
 use crate::tasks::Tasks;
+pub(crate) use groups::extend_groups;
 pub(crate) use health::until_answered;
 pub(crate) use node::{Node, NodeSettings};
 pub(crate) use records::Records;
@@ -185,6 +187,12 @@ impl Nodes {
         self.records.rewrite_if_old(&self.nodes, &self.tasks);
         if let Some(mut conn) = self.single(id) {
             self.nodes[0].eviction.check(&mut conn).await?;
+            // A set of names spanning slots, on a Redis Cluster: a slot at a time.
+            if let Some(groups) = key.slot_groups().filter(|_| conn.sharded()) {
+                let attempt =
+                    self.acquire_in_groups(conn, algorithm, groups, id, ttl_ms, ask, replicas);
+                return Box::pin(attempt).await;
+            }
             let server = &self.nodes[0].quirks;
             if let Some(replicas) = replicas {
                 let call = algorithm.acquire_cmd(key, id, ttl_ms, ask, server.refuses_set_nx_get());
@@ -221,7 +229,7 @@ impl Nodes {
             answered += 1;
             match answer {
                 Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
-                Ok(Attempt::Busy { holder_ttl }) => busy.push(holder_ttl),
+                Ok(Attempt::Busy { holder_ttl, member }) => busy.push((holder_ttl, member)),
                 Err(e) => errors.push(e),
             }
             // A majority decided: the stragglers cannot change the outcome, and are not
@@ -258,9 +266,11 @@ impl Nodes {
             tokio::time::sleep(jitter).await;
         }
         if self.majority.reached(granted.len() + busy.len()) {
-            // The lock is held elsewhere; wait for the earliest lease to end.
-            let holder_ttl = busy.iter().flatten().min().copied();
-            return Ok(Attempt::Busy { holder_ttl });
+            // The lock is held elsewhere; wait for the earliest lease to end (and, of a set,
+            // for the name that node found busy).
+            let earliest = busy.iter().filter(|(ttl, _)| ttl.is_some()).min();
+            let (holder_ttl, member) = earliest.or(busy.first()).copied().unwrap_or((None, 0));
+            return Ok(Attempt::Busy { holder_ttl, member });
         }
         Err(Error::QuorumNotReached {
             name: key.name().to_owned(),
@@ -287,15 +297,12 @@ impl Nodes {
         if behind.is_empty() {
             return Ok(token);
         }
-        let fence_key = key.helper(Kind::Fence);
+        let raise = &groups::raise_cmd(key, token);
         let raises = behind.iter().map(|&i| {
             let node = &self.nodes[i];
-            let fence_key = &fence_key;
             async move {
                 let mut conn = node.commands();
-                let mut raise = evalsha(&RAISE_FENCE, 1, 1, fence_key.len() + 20);
-                raise.arg(fence_key).arg(token.to_string());
-                let call = invoke::<_, u64>(&RAISE_FENCE, &raise, &mut conn);
+                let call = invoke::<_, u64>(&RAISE_FENCE, raise, &mut conn);
                 matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token)
             }
         });
@@ -331,6 +338,11 @@ impl Nodes {
     ) -> Result<bool, Error> {
         if let Some(mut conn) = self.single(id) {
             let sharded = conn.sharded();
+            if let Some(groups) = key.slot_groups().filter(|_| sharded) {
+                let release =
+                    groups::release_groups(&conn, algorithm, groups, id, &*self.listeners);
+                return Box::pin(release).await;
+            }
             let listening = self.listeners.listening(key);
             return algorithm
                 .try_release(&mut conn, key, id, sharded, listening)
@@ -383,6 +395,9 @@ impl Nodes {
         ttl_ms: u64,
     ) -> Result<Option<Duration>, Error> {
         if let Some(mut conn) = self.single(id) {
+            if let Some(groups) = key.slot_groups().filter(|_| conn.sharded()) {
+                return Box::pin(extend_groups(&conn, algorithm, groups, id, ttl_ms)).await;
+            }
             return algorithm.try_extend(&mut conn, key, id, ttl_ms).await;
         }
         let cmd = Arc::new(algorithm.extend_cmd(key, id, ttl_ms));

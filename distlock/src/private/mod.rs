@@ -14,6 +14,7 @@
 mod checks;
 mod lease;
 mod lookup;
+mod names;
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -37,11 +38,17 @@ pub use core::option::Option;
 pub use lease::{lease, Lease};
 use lease::{Signal, Slot, CURRENT, ENDED, LOST};
 pub use lookup::{client, default_client, default_quorum_client, AsLockClient};
+pub use names::{LockNames, Names};
 
 /// The message of the [`Error::InvalidConfig`] a `mode = "redlock"` call on a one-node client
 /// returns.
 pub const REDLOCK_NEEDS_QUORUM: &str =
     "mode = \"redlock\" needs a quorum client (Client::quorum); this client has one node";
+
+/// The message of the [`Error::InvalidConfig`] for a list of keys on a lock that takes one
+/// (the attributes refuse it at compile time; this is for code written by other means).
+pub const ONE_KEY_ONLY: &str =
+    "a list of keys takes every name at once, exclusively: #[distributed_lock] as setnx or redlock";
 
 // ---------------------------------------------------------------------------------------------
 // What the attribute asked for.
@@ -149,6 +156,7 @@ where
 ///
 /// * `client`: the result of [`client`] or [`default_client`]; an error is returned through
 ///   the fn's error type without touching Redis.
+/// * `key`: the rendered name, or an array of them (`key = [..]`: every name at once).
 /// * The body is never polled unless the lock is held. When the lock stays busy, `on_busy`
 ///   decides between the busy error and the skip value.
 /// * While the body runs, the lease is watched: with [`OnLost::Cancel`] a loss drops the body
@@ -160,9 +168,9 @@ where
 ///   is not reported: the body ran under the lock, and the lease runs out within its ttl.
 /// * Each call is an owner of its own ([`LockContext`] scope): two calls joined in one task
 ///   exclude each other, and a locked call made inside this body re-enters this call's holds.
-pub async fn run<R, E, F>(
+pub async fn run<R, E, F, K: LockNames>(
     client: Result<Cow<'static, Client>, Error>,
-    key: Cow<'static, str>,
+    key: K,
     spec: Spec,
     on_busy: OnBusy<R>,
     returns: Returns<R, E>,
@@ -175,13 +183,14 @@ where
         Ok(client) => client,
         Err(error) => return returns.error(error),
     };
-    LockContext::call(locked(client, key, spec, on_busy, returns, body)).await
+    let names = key.into_names();
+    LockContext::call(locked(client, names, spec, on_busy, returns, body)).await
 }
 
 /// [`run`] once the client is known, inside the call's own context.
 async fn locked<R, E, F>(
     client: Cow<'static, Client>,
-    key: Cow<'static, str>,
+    key: Names,
     spec: Spec,
     on_busy: OnBusy<R>,
     returns: Returns<R, E>,
@@ -237,15 +246,24 @@ where
 }
 
 /// Takes the lock `spec` describes. Not generic, so every locked fn shares this code.
-async fn acquire(client: &Client, key: &str, spec: &Spec) -> Result<Guard, Error> {
-    let request = match spec.kind {
-        Kind::SetNx => client.lock(key),
-        Kind::Reentrant => client.reentrant(key),
-        Kind::Redlock if !client.is_quorum() => return Err(Error::config(REDLOCK_NEEDS_QUORUM)),
-        Kind::Redlock => client.lock(key),
-        Kind::Read => client.read(key),
-        Kind::Write => client.write(key),
-        Kind::Semaphore(permits) => client.semaphore(key, permits),
+async fn acquire(client: &Client, names: &Names, spec: &Spec) -> Result<Guard, Error> {
+    if spec.kind == Kind::Redlock && !client.is_quorum() {
+        return Err(Error::config(REDLOCK_NEEDS_QUORUM));
+    }
+    let request = match names {
+        Names::One(key) => match spec.kind {
+            Kind::SetNx | Kind::Redlock => client.lock(&**key),
+            Kind::Reentrant => client.reentrant(&**key),
+            Kind::Read => client.read(&**key),
+            Kind::Write => client.write(&**key),
+            Kind::Semaphore(permits) => client.semaphore(&**key, permits),
+        },
+        Names::Many(keys) => match spec.kind {
+            Kind::SetNx | Kind::Redlock => client.lock_many(keys.iter().map(|k| k.as_bytes())),
+            Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore(_) => {
+                return Err(Error::config(ONE_KEY_ONLY));
+            }
+        },
     };
     let mut request = request
         .ttl(spec.ttl)

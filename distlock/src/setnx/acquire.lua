@@ -1,7 +1,7 @@
 -- Take the lock: SET NX PX with the owner's token, and issue the next fencing token if asked.
 -- Without fencing the client sends the plain `SET key token NX PX ttl GET` instead and runs
 -- this script only for the rare replies that need it (its own token: a lost reply; WRONGTYPE:
--- another mode's lock or the application's data). `fence.lua` comes first.
+-- another mode's lock or the application's data). `fence.lua` and `held_as.lua` come first.
 -- KEYS[1] lock key, then (same slot, declared only when used) the fencing counter when ARGV[7]
 -- is '1', then the lock's waited-for mark when ARGV[8] is '1'
 -- ARGV[1] owner token, ARGV[2] ttl in milliseconds, ARGV[3] '1' when an earlier attempt of
@@ -40,19 +40,7 @@ local held = redis.pcall('get', KEYS[1])
 if type(held) == 'table' then
   -- Not a string: the reentrant or read/write lock or the semaphore of the same name, or the
   -- application's.
-  local kind = redis.call('type', KEYS[1]).ok
-  if kind == 'zset' and redis.call('pttl', KEYS[1]) >= 0
-      and redis.call('zscore', KEYS[1], 'permits') then
-    return {-3, 'semaphore'}
-  end
-  if kind == 'hash' and redis.call('pttl', KEYS[1]) >= 0 then
-    if redis.call('hexists', KEYS[1], 'owner') == 1 then
-      return {-3, 'reentrant'}
-    end
-    -- A read/write lock: the side it is held on (a waiting writer's intent alone: write).
-    return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
-  end
-  return {-1, kind}
+  return held_as(KEYS[1])
 end
 local ttl = redis.call('pttl', KEYS[1])
 if ttl >= 0 then

@@ -22,6 +22,7 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: true,
     acquire: crate::algorithm::Lua::new(concat!(
         include_str!("../fence.lua"),
+        include_str!("../held_as.lua"),
         include_str!("acquire.lua")
     )),
     release: crate::algorithm::Lua::new(include_str!("release.lua")),

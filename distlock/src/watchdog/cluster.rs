@@ -1,4 +1,5 @@
-//! Renewals on a Redis Cluster: a pipeline per master.
+//! Renewals on a Redis Cluster: a pipeline per master, and a set of names spanning slots on
+//! its own (`nodes::extend_groups`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,14 +8,17 @@ use super::send::answer;
 use super::{renewals, Due, NodeReplies};
 use crate::algorithm::is_noscript;
 use crate::conn::{Conn, SlotOwners};
+use crate::nodes::extend_groups;
 
 /// Renews a chunk on a Redis Cluster: one pipeline per master, all at once (a pipeline goes
 /// to one node; which master serves which slot comes from [`SlotOwners`]). Slots the map
 /// does not know get a pipeline each, routed by slot. A renewal the master refused with an
 /// error (the slot moved or is migrating, or a promoted replica lacks the script) is sent
 /// again alone, through the routing that follows redirections and sends the script's source
-/// where it is missing, and the map is read again before the next chunk. Returns the answers
-/// and the number of pipelines sent.
+/// where it is missing, and the map is read again before the next chunk. A set of names whose
+/// slots differ (`Client::lock_many`) is renewed apart, a call per slot at once, and counts as
+/// renewed only where every slot's names were. Returns the answers and the number of
+/// pipelines sent.
 pub(super) async fn renew(
     conn: &Conn,
     chunk: &[Due],
@@ -30,7 +34,12 @@ pub(super) async fn renew(
         owners.read(&mut conn.clone()).await;
     }
     let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
+    let mut spanning = Vec::new();
     for (i, d) in chunk.iter().enumerate() {
+        if let Some(slots) = d.key.slot_groups() {
+            spanning.push((i, slots));
+            continue;
+        }
         let slot = d.key.slot();
         let target = match owners.owner(slot) {
             Some((host, port)) => Target::Master(host.to_owned(), port),
@@ -38,7 +47,7 @@ pub(super) async fn renew(
         };
         groups.entry(target).or_default().push(i);
     }
-    let pipelines = groups.len() as u64;
+    let pipelines = (groups.len() + spanning.iter().map(|(_, s)| s.len()).sum::<usize>()) as u64;
     let misrouted = AtomicBool::new(false);
     let misrouted = &misrouted;
     let per_group = groups.into_iter().map(|(target, indices)| async move {
@@ -90,12 +99,18 @@ pub(super) async fn renew(
         });
         futures_util::future::join_all(answers).await
     });
+    let sets = spanning.into_iter().map(|(i, slots)| async move {
+        let d = &chunk[i];
+        let renewed = extend_groups(conn, d.algorithm, slots, &d.hold, d.ttl_ms).await;
+        vec![(i, renewed.ok())]
+    });
     let mut replies = vec![None; chunk.len()];
-    for (i, answer) in futures_util::future::join_all(per_group)
-        .await
-        .into_iter()
-        .flatten()
-    {
+    let (per_group, sets) = futures_util::future::join(
+        futures_util::future::join_all(per_group),
+        futures_util::future::join_all(sets),
+    )
+    .await;
+    for (i, answer) in per_group.into_iter().chain(sets).flatten() {
         replies[i] = answer;
     }
     if misrouted.load(Ordering::Relaxed) {

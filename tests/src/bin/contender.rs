@@ -8,6 +8,7 @@
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! contender elect URL OBSERVER NAME TTL_MS             # a candidate of the election NAME (below)
 //! contender permits KIND URL OBSERVER NAME TASKS TARGET  # semaphore holders until the observer counts TARGET sections
+//! contender transfer URL BANK ACCOUNTS TASKS TRANSFERS  # TASKS tasks each make TRANSFERS transfers
 //! ```
 //! KIND is `setnx` or `reentrant`, with `+fenced` appended to take every lock with a fencing
 //! token (`LockRequest::fencing`); URL may list several comma-separated URLs for a quorum,
@@ -105,6 +106,17 @@ async fn main() {
             let observer = Observer::connect(observer, name).await;
             let ttl = Duration::from_millis(number(ttl_ms) as u64);
             elect(&locks, &observer, ttl).await;
+        }
+        ["transfer", url, bank, accounts, tasks, transfers] => {
+            let locks = connect(url).await;
+            let bank = distlock_testkit::Bank::open(bank, number(accounts), 1000).await;
+            // A transfer that fails (its locks not had within the minute it waits: a
+            // deadlock, say) fails the process.
+            let done = bank
+                .random_transfers(&locks, number(tasks), number(transfers))
+                .await
+                .unwrap_or_else(|e| panic!("a transfer failed: {e}"));
+            println!("DONE {done}");
         }
         ["hold", kind, url, name, ttl_ms] => {
             let locks = connect(url).await;

@@ -1,0 +1,102 @@
+-- Take every name of a set (`Client::lock_many`) or none. Each name is a setnx lock (its own
+-- lock key holding the owner's token, with a `PX` lease), so a set excludes each of its
+-- names' locks and each name's lock excludes the set. `fence.lua` and `held_as.lua` come
+-- first.
+-- KEYS: the n names' lock keys in the set's fixed order (see `key/set.rs`), then their n
+-- fencing counters when ARGV[7] is '1', then their n waited-for marks when ARGV[8] is '1'.
+-- ARGV as for setnx/acquire.lua: [1] owner token, [2] ttl in milliseconds, [3] the retry
+-- flag, [4] want the holder's ttl, [5] nonce, [6] who takes it, [7] '1' to mint a fencing
+-- token, [8] '1' when the caller waits: the busy name is then marked as waited for (for as
+-- long as its holder's lease has left), so that its release publishes. [3] to [6] are
+-- unused: the token is unique per acquisition, so a name holding it is this acquisition's
+-- whatever the flag says, and the busy answer has the holder's ttl at no extra cost.
+-- Returns {1, fencing token or -1 if not asked} when every name is held; {0, holder's
+-- remaining ms, i} when the i-th name (from 1) is busy; {-1, type, i} or {-3, mode, i} when
+-- the i-th name holds the application's data or another mode's lock.
+-- All or nothing: unless every name is free or already this acquisition's, nothing is taken,
+-- and the names an earlier attempt of this acquisition took are given up (its reply was
+-- lost, and one of its names ran out since): a set is never left held in part.
+local owner = ARGV[1]
+local fencing = ARGV[7] == '1'
+local waits = ARGV[8] == '1'
+local n = #KEYS / (1 + (fencing and 1 or 0) + (waits and 1 or 0))
+local ours, busy, busy_ttl = {}, nil, nil
+for i = 1, n do
+  local held = redis.pcall('get', KEYS[i])
+  if type(held) == 'table' then
+    local answer = held_as(KEYS[i])
+    answer[3] = i
+    return answer
+  end
+  if held == owner then
+    ours[i] = true
+  elseif held then
+    local ttl = redis.call('pttl', KEYS[i])
+    if ttl < 0 then
+      -- Our locks always expire: a key without expiry is the application's own value.
+      return {-1, 'string without expiry', i}
+    end
+    if not busy then
+      busy, busy_ttl = i, ttl
+    end
+  end
+end
+if busy then
+  for i in pairs(ours) do
+    redis.call('del', KEYS[i])
+  end
+  if waits then
+    redis.call('set', KEYS[n * (fencing and 2 or 1) + busy], '1', 'PX', int(math.max(busy_ttl, 1)))
+  end
+  return {0, busy_ttl, busy}
+end
+local ttl = tonumber(ARGV[2])
+local fresh = false
+for i = 1, n do
+  if ours[i] then
+    -- Taken by an earlier attempt whose reply was lost: the lease is made at least the ttl
+    -- asked for, never shortened.
+    if redis.call('pttl', KEYS[i]) < ttl then
+      redis.call('pexpire', KEYS[i], ARGV[2])
+    end
+  else
+    redis.call('set', KEYS[i], owner, 'PX', ARGV[2])
+    fresh = true
+  end
+end
+if not fencing then
+  return {1, -1}
+end
+if not fresh then
+  -- Every name was this acquisition's already: its token, which every counter was raised to.
+  local top = 0
+  for i = 1, n do
+    top = math.max(top, tonumber(redis.call('get', KEYS[n + i]) or '0'))
+  end
+  return {1, top}
+end
+local t = redis.call('time')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tokens, top = {}, 0
+for i = 1, n do
+  local fence, bad = mint(KEYS[n + i], now_us)
+  if not fence then
+    -- A counter holds the application's data: undo what this call took, leave theirs alone.
+    for j = 1, n do
+      if not ours[j] then
+        redis.call('del', KEYS[j])
+      end
+    end
+    return {-1, bad, i}
+  end
+  tokens[i] = fence
+  top = math.max(top, fence)
+end
+-- One token for the set: above every earlier token of each name (each name's own new token
+-- is), and every counter is raised to it, so that each name's next token is above it too.
+for i = 1, n do
+  if tokens[i] < top then
+    redis.call('set', KEYS[n + i], int(top), 'PX', FENCE_KEPT_MS)
+  end
+end
+return {1, top}

@@ -1,0 +1,39 @@
+//! Several names at once (`Client::lock_many`): every name or none.
+//!
+//! A set is one hold on several setnx locks: each name keeps its own lock key, holding the
+//! acquisition's token with a `PX` lease, so a set excludes each name's
+//! [`Client::lock`](crate::Client::lock) and each name's lock excludes the set. Its three
+//! scripts take every name in one call (see the calling convention in `algorithm`), so on one
+//! server the set is taken whole or not at all, released whole, and renewed only while every
+//! name is still ours (the lease is the shortest of the names'). A caller that finds a name
+//! busy holds nothing while it waits, and waits for that name's release: the busy answer says
+//! which one. The names are in a fixed order (`key::set`), which is what lets a Redis Cluster,
+//! where one script reaches one slot only, take a set spanning slots a slot at a time
+//! (`nodes::groups`). Everything else is the setnx lock's: the acquire loop, the lease, the
+//! watchdog, the wake-ups (each name's own channel and waited-for mark), the quorum.
+
+use std::sync::LazyLock;
+
+use crate::algorithm::{Algorithm, Lua, OwnerKind};
+use crate::mode::LockMode;
+
+/// The set of names taken together, exclusively.
+pub(crate) static MANY: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
+    // Each name is held as a setnx lock: what inspection shows and another mode is told.
+    mode: LockMode::SetNx,
+    owner: OwnerKind::Token,
+    shared: false,
+    plain_acquire: false,
+    waited_mark: true,
+    quorum: true,
+    acquire: Lua::new(concat!(
+        include_str!("../fence.lua"),
+        include_str!("../held_as.lua"),
+        include_str!("acquire.lua")
+    )),
+    release: Lua::new(include_str!("release.lua")),
+    extend: Lua::new(include_str!("extend.lua")),
+});
+
+#[cfg(test)]
+mod tests;

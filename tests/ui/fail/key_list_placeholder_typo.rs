@@ -1,0 +1,11 @@
+use distlock::distributed_lock;
+
+struct MyError;
+
+#[distributed_lock(key = ["account:<from>", "account:<too>", "ledger:<>"], ttl = "10s")]
+async fn transfer(from: u64, to: u64) -> Result<(), MyError> {
+    let _ = (from, to);
+    Ok(())
+}
+
+fn main() {}
