@@ -151,7 +151,12 @@ impl Results {
             cell.finish();
         }
         self.versus_cluster_limit();
-        self.targets = TARGETS.iter().map(|t| t.judge(self)).collect();
+        self.targets = TARGETS
+            .iter()
+            .chain(crate::semaphore::TARGETS)
+            .chain(crate::failover::TARGETS)
+            .map(|t| t.judge(self))
+            .collect();
     }
 
     /// Every column's S1c/S2c medians over the cluster limit's, as figures of their own
@@ -281,8 +286,7 @@ impl Results {
         );
         for t in &self.targets {
             let verdicts: Vec<String> = t.verdicts.iter().map(Verdict::to_string).collect();
-            let figure = ROWS
-                .iter()
+            let figure = all_rows()
                 .find(|r| r.scenario == t.scenario && r.metric == t.metric)
                 .map_or(t.metric, |r| r.label);
             let mut line = format!(
@@ -300,12 +304,26 @@ impl Results {
         }
 
         let _ = writeln!(s, "\n## Definitions\n");
-        for line in DEFINITIONS {
+        for line in DEFINITIONS
+            .iter()
+            .chain(crate::semaphore::DEFINITIONS)
+            .chain(crate::failover::DEFINITIONS)
+        {
             let _ = writeln!(s, "- {line}");
         }
         let _ = writeln!(s, "\n## Columns\n");
         for kind in Kind::ALL {
             let _ = writeln!(s, "- {}", kind.note());
+        }
+        if m.scenarios.iter().any(|id| *id == "S7" || *id == "S8") {
+            let _ = writeln!(
+                s,
+                "\n## Columns in S7 (semaphore) and S8 (leader failover)\n"
+            );
+            for note in Kind::ALL.iter().filter_map(|&k| crate::semaphore::note(k)) {
+                let _ = writeln!(s, "- {note}");
+            }
+            let _ = writeln!(s, "- {}", crate::failover::NOTE);
         }
         if let Some(c) = &m.cluster {
             let _ = writeln!(s, "\n## Columns on the Redis Cluster (S1c, S2c)\n");
@@ -320,7 +338,7 @@ impl Results {
 
     fn rows(&self) -> Vec<Row> {
         let mut rows: Vec<Row> = Vec::new();
-        for spec in ROWS {
+        for spec in all_rows() {
             // The scenario's title (and the reason a column has no figures) only on its first
             // row.
             let first = rows.last().is_none_or(|r| r.id != spec.scenario);
@@ -395,14 +413,14 @@ struct Row {
     target: String,
 }
 
-struct RowSpec {
+pub struct RowSpec {
     scenario: &'static str,
     label: &'static str,
     metric: &'static str,
     fmt: Fmt,
 }
 
-const fn row(
+pub const fn row(
     scenario: &'static str,
     label: &'static str,
     metric: &'static str,
@@ -414,6 +432,13 @@ const fn row(
         metric,
         fmt,
     }
+}
+
+/// Every row: the ones here, then S7's and S8's from their modules.
+fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
+    ROWS.iter()
+        .chain(crate::semaphore::ROWS)
+        .chain(crate::failover::ROWS)
 }
 
 const ROWS: &[RowSpec] = &[
@@ -569,7 +594,7 @@ const ROWS: &[RowSpec] = &[
 ];
 
 #[derive(Clone, Copy)]
-enum Fmt {
+pub enum Fmt {
     Micros,
     Rate,
     Ratio,
@@ -620,7 +645,7 @@ impl Source {
 
 /// Which way is better for the "ahead of every peer" check.
 #[derive(Clone, Copy)]
-enum Better {
+pub enum Better {
     Higher,
     Lower,
     /// Higher, and 1 is the best possible value, so a tie at 1 counts as ahead (fairness).
@@ -688,18 +713,18 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-type Judge = fn(&Results, Kind) -> Result<(bool, String), String>;
+pub type Judge = fn(&Results, Kind) -> Result<(bool, String), String>;
 
-struct TargetSpec {
-    scenario: &'static str,
-    metric: &'static str,
-    goal: &'static str,
-    source: Source,
+pub struct TargetSpec {
+    pub scenario: &'static str,
+    pub metric: &'static str,
+    pub goal: &'static str,
+    pub source: Source,
     /// Judged for every column (a correctness check), not only ours.
-    every_column: bool,
-    judge: Judge,
+    pub every_column: bool,
+    pub judge: Judge,
     /// Also check that ours is ahead of every peer crate on this figure.
-    ahead: Option<Better>,
+    pub ahead: Option<Better>,
 }
 
 impl TargetSpec {
@@ -772,7 +797,7 @@ impl TargetSpec {
 }
 
 /// `ours / limit's` figure of the same scenario, checked against `bound`.
-fn versus_limit(
+pub fn versus_limit(
     r: &Results,
     kind: Kind,
     scenario: &str,
@@ -798,7 +823,7 @@ fn versus_limit(
     Ok((pass, format!("{ratio:.2}× {name}")))
 }
 
-fn absolute(
+pub fn absolute(
     r: &Results,
     kind: Kind,
     scenario: &str,
@@ -979,7 +1004,7 @@ const DEFINITIONS: &[&str] = &[
     "S6: one fresh distlock `Client` on the single node takes 10,000 distinct locks (ttl 3 s, watchdog on at its default period ttl/3 = 1 s) from 50 tasks, holds them all for the window (3 s with --quick, else 6 s) while the process does nothing else, checks `Guard::is_held` on every guard, then releases them all. Round trips: delta of `Client::renewal_round_trips()` over the window; renewals: the server's EVALSHA calls over the window (nothing else reaches it then); client CPU: getrusage(RUSAGE_SELF) user+sys delta over the window; redis-server CPU: /proc/<pid>/stat utime+stime delta; both as % of one core.",
 ];
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,
