@@ -32,7 +32,7 @@ const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
-              failover) runs once after the rounds (about 3 minutes, 1 with --quick)";
+              failover) runs once after the rounds (about 2 minutes, 1 with --quick)";
 
 /// The Redis Cluster of S1c/S2c: 3 masters without replicas (nothing fails over in a
 /// benchmark, so replicas would only add replication traffic to the masters).
