@@ -10,9 +10,11 @@
 
 mod chart;
 mod columns;
+mod failover;
 mod report;
 mod s3x;
 mod scenarios;
+mod semaphore;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,7 +31,8 @@ use scenarios::{Entry, Plan, Scenario};
 const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
-              runs only with S3, the Redis Cluster starts only with S1c or S2c";
+              runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
+              failover) runs once after the rounds (about 2 minutes, 1 with --quick)";
 
 /// The Redis Cluster of S1c/S2c: 3 masters without replicas (nothing fails over in a
 /// benchmark, so replicas would only add replication traffic to the masters).
@@ -47,6 +50,10 @@ fn main() -> ExitCode {
     // One of S3x's two processes (see `s3x`): no servers, no report.
     if args.get(1).map(String::as_str) == Some(s3x::CHILD_FLAG) {
         return s3x::child(&args[2..]);
+    }
+    // S8's leader process (see `failover`).
+    if args.get(1).map(String::as_str) == Some(failover::CHILD_FLAG) {
+        return failover::child(&args[2..]);
     }
     let (quick, out, only) = match parse_args() {
         Ok(args) => args,
@@ -238,6 +245,11 @@ async fn run_all(
         Some((cluster, _)) => connect_cluster(&cluster.urls()).await,
         None => Vec::new(),
     };
+    let semaphores = if scenarios.contains(&Scenario::S7) {
+        connect_semaphores(&node.url()).await
+    } else {
+        Vec::new()
+    };
 
     // Warm-up, not measured: connections opened, scripts loaded, code paths paged in.
     for (columns, cycles) in [
@@ -279,6 +291,14 @@ async fn run_all(
             }
             if scenario == Scenario::S3x {
                 two_processes(plan, node, round, results).await;
+                continue;
+            }
+            if scenario == Scenario::S7 {
+                semaphore_round(plan, &semaphores, round, results).await;
+                continue;
+            }
+            if scenario == Scenario::S8 {
+                // Once, after the rounds: one column, and its 30 s ttl samples take minutes.
                 continue;
             }
             let columns = if scenario.quorum() {
@@ -339,6 +359,9 @@ async fn run_all(
         }
     }
 
+    if scenarios.contains(&Scenario::S8) {
+        leader_failover(plan, node, results).await;
+    }
     if !scenarios.contains(&Scenario::S3) {
         return;
     }
@@ -431,6 +454,88 @@ async fn two_processes(plan: &Plan, node: &RedisServer, round: usize, results: &
         }
     }
     eprintln!("  S3x  {:>6.2} s", started.elapsed().as_secs_f64());
+}
+
+/// S7's semaphores on the single node, warmed up (not measured); `Err` says why a column
+/// has none.
+async fn connect_semaphores(url: &str) -> semaphore::Columns {
+    let mut columns = Vec::new();
+    for kind in Kind::ALL {
+        let column = match semaphore::skips(kind) {
+            Some(why) => Err(why.to_owned()),
+            None => semaphore::connect(kind, url).await,
+        };
+        if let Ok(permits) = &column {
+            let name = format!("bench:S7:warmup:{}", kind.name());
+            for _ in 0..20 {
+                let held = permits.acquire(&name, Duration::from_secs(10)).await;
+                if let Err(e) = async { held?.release().await }.await {
+                    eprintln!("S7 warm-up of {}: {e}", kind.name());
+                    break;
+                }
+            }
+        }
+        columns.push((kind, column));
+    }
+    columns
+}
+
+/// One round of S7 for the columns that have a semaphore, the first one rotating per round.
+async fn semaphore_round(
+    plan: &Plan,
+    columns: &semaphore::Columns,
+    round: usize,
+    results: &mut Results,
+) {
+    let started = Instant::now();
+    let (mut kinds, mut entries) = (Vec::new(), Vec::new());
+    for i in 0..columns.len() {
+        let (kind, column) = &columns[(i + round) % columns.len()];
+        match column {
+            Ok(permits) => {
+                kinds.push(*kind);
+                entries.push(semaphore::SemEntry {
+                    permits,
+                    name: format!("bench:S7:{}:r{round}", kind.name()),
+                });
+            }
+            Err(why) => results.cell(Scenario::S7, *kind).na = Some(why.clone()),
+        }
+    }
+    let outcomes = semaphore::round(&entries, plan.s7_duration).await;
+    for (kind, outcome) in kinds.into_iter().zip(outcomes) {
+        let cell = results.cell(Scenario::S7, kind);
+        match outcome {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("S7 {}: {e}", kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!("  S7   {:>6.2} s", started.elapsed().as_secs_f64());
+}
+
+/// S8, once after the rounds: distlock's leader failover; the other columns have no election.
+async fn leader_failover(plan: &Plan, node: &RedisServer, results: &mut Results) {
+    eprintln!("S8 leader failover");
+    let started = Instant::now();
+    for kind in Kind::ALL {
+        if let Some(why) = failover::skips(kind) {
+            results.cell(Scenario::S8, kind).na = Some(why.to_owned());
+            continue;
+        }
+        let run = failover::run(&node.url(), "bench:S8", plan.s8_samples).await;
+        let cell = results.cell(Scenario::S8, kind);
+        match run {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("S8 {}: {e}", kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!("  S8   {:>6.2} s", started.elapsed().as_secs_f64());
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine shows up here.

@@ -18,7 +18,7 @@ pub struct Cell {
     pub rounds: Vec<Metrics>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
-    /// Median across rounds of every figure.
+    /// Median across rounds of every figure; for `max_occupancy` the most in any round.
     pub median: BTreeMap<&'static str, f64>,
 }
 
@@ -32,7 +32,13 @@ impl Cell {
                 .iter()
                 .filter_map(|m| m.get(name).copied())
                 .collect();
-            self.median.insert(name, median(values));
+            // A correctness figure: the worst round counts, never hidden by a median.
+            let value = if name == "max_occupancy" {
+                values.into_iter().fold(f64::NAN, f64::max)
+            } else {
+                median(values)
+            };
+            self.median.insert(name, value);
         }
     }
 
@@ -151,7 +157,12 @@ impl Results {
             cell.finish();
         }
         self.versus_cluster_limit();
-        self.targets = TARGETS.iter().map(|t| t.judge(self)).collect();
+        self.targets = TARGETS
+            .iter()
+            .chain(crate::semaphore::TARGETS)
+            .chain(crate::failover::TARGETS)
+            .map(|t| t.judge(self))
+            .collect();
     }
 
     /// Every column's S1c/S2c medians over the cluster limit's, as figures of their own
@@ -281,8 +292,7 @@ impl Results {
         );
         for t in &self.targets {
             let verdicts: Vec<String> = t.verdicts.iter().map(Verdict::to_string).collect();
-            let figure = ROWS
-                .iter()
+            let figure = all_rows()
                 .find(|r| r.scenario == t.scenario && r.metric == t.metric)
                 .map_or(t.metric, |r| r.label);
             let mut line = format!(
@@ -300,12 +310,26 @@ impl Results {
         }
 
         let _ = writeln!(s, "\n## Definitions\n");
-        for line in DEFINITIONS {
+        for line in DEFINITIONS
+            .iter()
+            .chain(crate::semaphore::DEFINITIONS)
+            .chain(crate::failover::DEFINITIONS)
+        {
             let _ = writeln!(s, "- {line}");
         }
         let _ = writeln!(s, "\n## Columns\n");
         for kind in Kind::ALL {
             let _ = writeln!(s, "- {}", kind.note());
+        }
+        if m.scenarios.iter().any(|id| *id == "S7" || *id == "S8") {
+            let _ = writeln!(
+                s,
+                "\n## Columns in S7 (semaphore) and S8 (leader failover)\n"
+            );
+            for note in Kind::ALL.iter().filter_map(|&k| crate::semaphore::note(k)) {
+                let _ = writeln!(s, "- {note}");
+            }
+            let _ = writeln!(s, "- {}", crate::failover::NOTE);
         }
         if let Some(c) = &m.cluster {
             let _ = writeln!(s, "\n## Columns on the Redis Cluster (S1c, S2c)\n");
@@ -320,7 +344,7 @@ impl Results {
 
     fn rows(&self) -> Vec<Row> {
         let mut rows: Vec<Row> = Vec::new();
-        for spec in ROWS {
+        for spec in all_rows() {
             // The scenario's title (and the reason a column has no figures) only on its first
             // row.
             let first = rows.last().is_none_or(|r| r.id != spec.scenario);
@@ -395,14 +419,14 @@ struct Row {
     target: String,
 }
 
-struct RowSpec {
+pub struct RowSpec {
     scenario: &'static str,
     label: &'static str,
     metric: &'static str,
     fmt: Fmt,
 }
 
-const fn row(
+pub const fn row(
     scenario: &'static str,
     label: &'static str,
     metric: &'static str,
@@ -414,6 +438,13 @@ const fn row(
         metric,
         fmt,
     }
+}
+
+/// Every row: the ones here, then S7's and S8's from their modules.
+fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
+    ROWS.iter()
+        .chain(crate::semaphore::ROWS)
+        .chain(crate::failover::ROWS)
 }
 
 const ROWS: &[RowSpec] = &[
@@ -569,7 +600,7 @@ const ROWS: &[RowSpec] = &[
 ];
 
 #[derive(Clone, Copy)]
-enum Fmt {
+pub enum Fmt {
     Micros,
     Rate,
     Ratio,
@@ -620,7 +651,7 @@ impl Source {
 
 /// Which way is better for the "ahead of every peer" check.
 #[derive(Clone, Copy)]
-enum Better {
+pub enum Better {
     Higher,
     Lower,
     /// Higher, and 1 is the best possible value, so a tie at 1 counts as ahead (fairness).
@@ -688,18 +719,18 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-type Judge = fn(&Results, Kind) -> Result<(bool, String), String>;
+pub type Judge = fn(&Results, Kind) -> Result<(bool, String), String>;
 
-struct TargetSpec {
-    scenario: &'static str,
-    metric: &'static str,
-    goal: &'static str,
-    source: Source,
+pub struct TargetSpec {
+    pub scenario: &'static str,
+    pub metric: &'static str,
+    pub goal: &'static str,
+    pub source: Source,
     /// Judged for every column (a correctness check), not only ours.
-    every_column: bool,
-    judge: Judge,
+    pub every_column: bool,
+    pub judge: Judge,
     /// Also check that ours is ahead of every peer crate on this figure.
-    ahead: Option<Better>,
+    pub ahead: Option<Better>,
 }
 
 impl TargetSpec {
@@ -772,7 +803,7 @@ impl TargetSpec {
 }
 
 /// `ours / limit's` figure of the same scenario, checked against `bound`.
-fn versus_limit(
+pub fn versus_limit(
     r: &Results,
     kind: Kind,
     scenario: &str,
@@ -798,7 +829,7 @@ fn versus_limit(
     Ok((pass, format!("{ratio:.2}× {name}")))
 }
 
-fn absolute(
+pub fn absolute(
     r: &Results,
     kind: Kind,
     scenario: &str,
@@ -970,7 +1001,7 @@ const DEFINITIONS: &[&str] = &[
     "per-task min/max acquisitions: fewest acquisitions of any of the 8 tasks divided by the most.",
     "commands/acq (commandstats): `INFO commandstats` calls delta over the timed run, without the snapshots' own INFO and CLIENT SETINFO, divided by acquisitions. Redis counts every `redis.call` inside a script as a command, so a Lua release alone counts 3 (EVALSHA, GET, DEL).",
     "client requests/acq (MONITOR pass): one extra untimed 200 µs-hold run per column with MONITOR attached, counting the commands clients sent (lines not tagged `lua`), divided by acquisitions; Lua calls/acq counts the `lua`-tagged lines.",
-    "max occupancy: most tasks inside the critical section at once, from an in-process atomic counter; anything but 1 is a mutual-exclusion failure.",
+    "max occupancy: most tasks inside the critical section at once, from an in-process atomic counter, the most in any round (not a median); anything but 1 is a mutual-exclusion failure.",
     "S3b ideal: 1 / (5 ms hold + one PING round trip), the rate if each hand-off cost a single round trip.",
     "S3x: the bench starts two child processes of its own binary for a column; each connects the column on its own (its own client, connections and runtime), warms up, and when both are ready both are told to go at once; each runs 4 tasks on the same key with S3's 200 µs hold for the run's length (1 s with --quick, else 1.5 s). acquisitions/s: both processes' acquisitions over the longer of their run times; cross-process fairness: the process with fewer acquisitions over the one with more; per-task: fewest over most of all 8 tasks; max occupancy counts the tasks of both processes inside the critical section at once, on two atomics in a file both children map shared (mmap).",
     "S4: the same sequential cycle against five independent redis-server nodes (quorum 3); the limit column there is limit-quorum (see Columns).",
@@ -979,11 +1010,30 @@ const DEFINITIONS: &[&str] = &[
     "S6: one fresh distlock `Client` on the single node takes 10,000 distinct locks (ttl 3 s, watchdog on at its default period ttl/3 = 1 s) from 50 tasks, holds them all for the window (3 s with --quick, else 6 s) while the process does nothing else, checks `Guard::is_held` on every guard, then releases them all. Round trips: delta of `Client::renewal_round_trips()` over the window; renewals: the server's EVALSHA calls over the window (nothing else reaches it then); client CPU: getrusage(RUSAGE_SELF) user+sys delta over the window; redis-server CPU: /proc/<pid>/stat utime+stime delta; both as % of one core.",
 ];
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => values[n / 2],
         n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_round_over_the_limit_is_not_hidden_by_the_median() {
+        let mut cell = Cell::default();
+        for inside in [4.0, 4.0, 6.0, 4.0, 4.0] {
+            cell.rounds.push(Metrics::from([
+                ("max_occupancy", inside),
+                ("acq_per_s", inside),
+            ]));
+        }
+        cell.finish();
+        assert_eq!(cell.median["max_occupancy"], 6.0);
+        assert_eq!(cell.median["acq_per_s"], 4.0);
     }
 }

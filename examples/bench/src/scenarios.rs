@@ -16,7 +16,7 @@ use crate::columns::Column;
 pub type Metrics = BTreeMap<&'static str, f64>;
 
 /// How long any acquire may wait. Equal to the ttl: in a healthy run nothing waits this long.
-const WAIT: Duration = crate::columns::TTL;
+pub const WAIT: Duration = crate::columns::TTL;
 pub const S2_TASKS: usize = 32;
 const S3_TASKS: usize = 8;
 pub const S3_HOLD: Duration = Duration::from_micros(200);
@@ -44,10 +44,14 @@ pub enum Scenario {
     S4,
     S5,
     S6,
+    /// The semaphore (`semaphore`).
+    S7,
+    /// Leader failover (`failover`).
+    S8,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S1c,
@@ -58,6 +62,8 @@ impl Scenario {
         Scenario::S4,
         Scenario::S5,
         Scenario::S6,
+        Scenario::S7,
+        Scenario::S8,
     ];
 
     pub fn id(self) -> &'static str {
@@ -72,6 +78,8 @@ impl Scenario {
             Scenario::S4 => "S4",
             Scenario::S5 => "S5",
             Scenario::S6 => "S6",
+            Scenario::S7 => "S7",
+            Scenario::S8 => "S8",
         }
     }
 
@@ -87,6 +95,10 @@ impl Scenario {
             Scenario::S4 => "S4 5-node quorum acquire+release, 1 task (limit: limit-quorum)",
             Scenario::S5 => "S5 annotated fn vs the same lock by hand, 1 task",
             Scenario::S6 => "S6 10,000 held locks under the watchdog (ttl 3 s)",
+            Scenario::S7 => "S7 semaphore: 16 tasks, 4 permits, one name",
+            Scenario::S8 => {
+                "S8 leader failover: SIGKILL of the leader's process to the next leader's `campaign()` returning"
+            }
         }
     }
 
@@ -119,6 +131,10 @@ pub struct Plan {
     pub accounting_duration: Duration,
     /// S6: how long the 10,000 locks are held and measured (several renewal periods).
     pub s6_window: Duration,
+    /// S7's length per column, in S2's 250 ms turns.
+    pub s7_duration: Duration,
+    /// S8: kills per ttl of `failover::TTLS` (1 s, 5 s, 30 s), in one pass after the rounds.
+    pub s8_samples: [usize; 3],
     pub warmup_cycles: usize,
 }
 
@@ -136,6 +152,8 @@ impl Plan {
                 s3x_duration: Duration::from_secs(1),
                 accounting_duration: Duration::from_millis(500),
                 s6_window: Duration::from_secs(3),
+                s7_duration: Duration::from_millis(500),
+                s8_samples: [3, 2, 1],
                 warmup_cycles: 50,
             }
         } else {
@@ -150,6 +168,8 @@ impl Plan {
                 s3x_duration: Duration::from_millis(1_500),
                 accounting_duration: Duration::from_secs(1),
                 s6_window: Duration::from_secs(6),
+                s7_duration: Duration::from_secs(2),
+                s8_samples: [7, 5, 3],
                 warmup_cycles: 200,
             }
         }
@@ -160,7 +180,7 @@ impl Plan {
 /// processes on this 2-core machine) over every column instead of the one running then.
 const SLICE_CYCLES: usize = 50;
 /// Length of a column's turn in S2.
-const S2_SLICE: Duration = Duration::from_millis(250);
+pub const S2_SLICE: Duration = Duration::from_millis(250);
 
 /// One column's part of a round. `key` is unique per scenario, column and round, so a lock
 /// left behind by one run can never slow down another.
@@ -184,9 +204,9 @@ pub async fn run_round(
         // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
         // of its own; `main` runs them on their own (`annotated`, `held_locks`,
         // `two_processes`).
-        Scenario::S3x | Scenario::S5 | Scenario::S6 => entries
+        Scenario::S3x | Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8 => entries
             .iter()
-            .map(|_| Err("S3x, S5 and S6 run on their own".to_owned()))
+            .map(|_| Err("S3x, S5, S6, S7 and S8 run on their own".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -226,13 +246,13 @@ pub async fn run_round(
 /// TCP connections leave both cores awake) ran 5-15 % faster than in the reversed order, which
 /// moved distlock between 0.93x and 1.06x the limit. A fresh random order each pass gives
 /// every column every predecessor alike; the seed is fixed, so runs repeat the same orders.
-struct TurnOrder {
+pub struct TurnOrder {
     rng: rand::rngs::StdRng,
     order: Vec<usize>,
 }
 
 impl TurnOrder {
-    fn new(columns: usize) -> TurnOrder {
+    pub fn new(columns: usize) -> TurnOrder {
         use rand::SeedableRng;
         TurnOrder {
             rng: rand::rngs::StdRng::seed_from_u64(0x5eed),
@@ -240,7 +260,7 @@ impl TurnOrder {
         }
     }
 
-    fn next_pass(&mut self) -> Vec<usize> {
+    pub fn next_pass(&mut self) -> Vec<usize> {
         use rand::seq::SliceRandom;
         self.order.shuffle(&mut self.rng);
         self.order.clone()
@@ -412,12 +432,12 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
-    fn enter(&self) {
+    pub fn enter(&self) {
         let inside = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_inside.fetch_max(inside, Ordering::SeqCst);
     }
 
-    fn leave(&self) {
+    pub fn leave(&self) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
