@@ -14,6 +14,10 @@ impl Sut {
         fault: Fault,
     ) {
         let kind = self.kind(lock, read);
+        // An election's leadership is always renewed; `short` picks a campaign without wait.
+        let campaign = kind == Kind::Leader;
+        let waits = campaign && !short;
+        let short = short && !campaign;
         let now = Instant::now();
         // What the model knows about the holds on this lock, mine (this owner's) or others'.
         let (mut mine_live, mut mine_maybe, mut theirs_live, mut theirs_maybe) =
@@ -55,7 +59,8 @@ impl Sut {
                     allowed.insert(Outcome::Ok);
                 }
             }
-            (Mode::Setnx, _) => {
+            // A leadership is the setnx lock of the election's name.
+            (Mode::Setnx, _) | (_, Kind::Leader) => {
                 if !mine_live.is_empty() {
                     allowed.insert(Outcome::Reentrant);
                 } else {
@@ -123,29 +128,47 @@ impl Sut {
                 }
             }
         }
-        if self.mode(lock) == Mode::Setnx && new_ok {
+        if matches!(self.mode(lock), Mode::Setnx | Mode::Election) && new_ok {
             allowed.insert(Outcome::Ok);
         }
         if fault != Fault::None {
             allowed.insert(Outcome::Transport);
         }
+        if waits {
+            // A campaign that waits times out where one that does not is told busy; under a
+            // fault its last attempt may also have found the lock busy.
+            if allowed.remove(&Outcome::Busy) || fault != Fault::None {
+                allowed.insert(Outcome::Timeout);
+            }
+        }
 
         let client = &self.clients[Self::client_of(owner)];
         let name = lock_name(lock);
         let ttl = if short { SHORT_TTL } else { LONG_TTL };
-        let request = match self.mode(lock) {
-            Mode::Setnx if lock == BOTH => client.lock_many([lock_name(0), lock_name(1)]),
-            Mode::Setnx => client.lock(&name),
-            Mode::Reentrant => client.reentrant(&name),
-            Mode::Write | Mode::ReadWrite if kind == Kind::Read => client.read(&name),
-            Mode::Write | Mode::ReadWrite => client.write(&name),
-            Mode::Semaphore => client.semaphore(&name, PERMITS as u32),
-        }
-        .ttl(ttl)
-        .watchdog(!short)
-        // The model tells tenures apart by their tokens.
-        .fencing(true);
-        let result = self.run(owner, fault, request.try_acquire());
+        let result = if campaign {
+            let wait = if waits { CAMPAIGN_WAIT } else { Duration::ZERO };
+            let election = client.election(&name).ttl(ttl).wait(wait);
+            self.run(owner, fault, async {
+                election.campaign().await.map(Handle::Lead)
+            })
+        } else {
+            let request = match self.mode(lock) {
+                Mode::Setnx if lock == BOTH => client.lock_many([lock_name(0), lock_name(1)]),
+                Mode::Setnx => client.lock(&name),
+                Mode::Reentrant => client.reentrant(&name),
+                Mode::Write | Mode::ReadWrite if kind == Kind::Read => client.read(&name),
+                Mode::Write | Mode::ReadWrite => client.write(&name),
+                Mode::Semaphore => client.semaphore(&name, PERMITS as u32),
+                Mode::Election => unreachable!("a campaign"),
+            }
+            .ttl(ttl)
+            .watchdog(!short)
+            // The model tells tenures apart by their tokens.
+            .fencing(true);
+            self.run(owner, fault, async {
+                request.try_acquire().await.map(Handle::Lock)
+            })
+        };
         let after = Instant::now();
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
@@ -158,9 +181,15 @@ impl Sut {
             } else {
                 lock_name(lock)
             },
-            if short { " short" } else { "" },
+            if short {
+                " short"
+            } else if waits {
+                " waiting"
+            } else {
+                ""
+            },
             match &result {
-                Ok(g) => format!("Ok(fence {:?})", g.fencing_token()),
+                Ok(g) => format!("Ok(fence {:?})", g.fence()),
                 Err(e) => format!("{e}"),
             }
         ));
@@ -171,7 +200,7 @@ impl Sut {
         }
         match result {
             Ok(guard) => {
-                let Some(fence) = guard.fencing_token() else {
+                let Some(fence) = guard.fence() else {
                     self.fail("no fencing token, though fencing(true) asked for one");
                 };
                 // A set's token is above each name's earlier tokens.
@@ -209,6 +238,12 @@ impl Sut {
                     }
                     self.gone(lock, |_| true);
                     self.intents.retain(|&(o, l, _)| !(o == owner && l == lock));
+                } else if kind == Kind::Leader {
+                    self.fail(format!(
+                        "a leadership of term {fence}: the term is not above every earlier \
+                         term ({max}), or it won while the model knows another leader \
+                         (new tenure allowed: {new_ok})"
+                    ));
                 } else {
                     self.fail(format!(
                         "token {fence}: expected one of {same:?} (re-entry) or, new tenure \
@@ -235,7 +270,11 @@ impl Sut {
                     self.intents
                         .push((owner, lock, after + ttl + Duration::from_millis(100)));
                 }
-                if outcome == Outcome::Transport {
+                // A campaign that timed out under a fault may have been answered busy last,
+                // after an earlier attempt whose answer was lost took the lock.
+                let ghost = outcome == Outcome::Transport
+                    || (outcome == Outcome::Timeout && fault != Fault::None);
+                if ghost {
                     // The request may have taken the lock; the give-back runs in the
                     // background.
                     if kind != Kind::Read {

@@ -24,6 +24,9 @@ impl Sut {
                 }
             }
             let owners: BTreeSet<usize> = holders.iter().map(|(o, _)| *o).collect();
+            if self.mode(lock) == Mode::Election && holders.len() > 1 {
+                self.fail(format!("m{lock}: two leaders at once: {holders:?}"));
+            }
             if self.mode(lock) == Mode::Semaphore {
                 if holders.len() > PERMITS {
                     self.fail(format!(
@@ -57,7 +60,7 @@ impl Sut {
                 ));
             }
             let expected_type = match self.mode(lock) {
-                Mode::Setnx => "string",
+                Mode::Setnx | Mode::Election => "string",
                 Mode::Semaphore => "zset",
                 _ => "hash",
             };
@@ -81,7 +84,10 @@ impl Sut {
                 (Kind::Write, "w:"),
             ];
             for (kind, prefix) in per_acquisition {
-                if matches!(self.mode(lock), Mode::Setnx | Mode::Semaphore) {
+                if matches!(
+                    self.mode(lock),
+                    Mode::Setnx | Mode::Semaphore | Mode::Election
+                ) {
                     break;
                 }
                 let n = count_prefix(&fields, prefix);
@@ -95,6 +101,47 @@ impl Sut {
                     ));
                 }
             }
+            self.check_observer(lock);
+        }
+    }
+
+    /// An election's observer never shows a term going back, and comes to show what the
+    /// model is sure of: the one leadership on the server with its term, or nobody.
+    fn check_observer(&self, lock: usize) {
+        let Some((seen, last)) = &self.observers[lock] else {
+            return;
+        };
+        let on_lock: Vec<&Hold> = self.on_lock(lock).collect();
+        let expected = match on_lock.as_slice() {
+            [] => Some(None),
+            [only] if only.status == Status::Live => Some(only.fence),
+            // A hold the model is unsure of: any view, as long as terms only grow.
+            _ => None,
+        };
+        let shown = || seen.borrow().as_ref().map(|leader| leader.term);
+        let mut terms_shown = Vec::new();
+        let matched = poll(OBSERVER_LIMIT, || {
+            let now = shown();
+            if let Some(term) = now {
+                terms_shown.push(term);
+            }
+            expected.is_none_or(|expected| now == expected)
+        });
+        for term in terms_shown {
+            if term < last.get() {
+                self.fail(format!(
+                    "m{lock}: the observer showed term {term} after term {}",
+                    last.get()
+                ));
+            }
+            last.set(term);
+        }
+        if !matched {
+            self.fail(format!(
+                "m{lock}: the observer shows {:?} {OBSERVER_LIMIT:?} on, the model knows {:?}",
+                shown(),
+                expected
+            ));
         }
     }
 

@@ -2,9 +2,13 @@
 //!
 //! proptest-state-machine generates sequences of lock operations by four owners (two clients,
 //! each behind its own fault proxy, times two explicit `LockContext`s) on two lock names whose
-//! mode (setnx, reentrant, write-only, read/write or a semaphore of `PERMITS`) is part of the
-//! generated initial state; where both are setnx locks, also on the two at once (`lock_many`,
-//! the "lock" `LOCKS`).
+//! mode (setnx, reentrant, write-only, read/write, a semaphore of `PERMITS` or a leader
+//! election) is part of the generated initial state; where both are setnx locks, also on the
+//! two at once (`lock_many`, the "lock" `LOCKS`). On an election, acquiring is campaigning
+//! (with no wait, or `CAMPAIGN_WAIT`), releasing is resigning, and after every step at most one
+//! leadership reports `is_leader()`, each new term is above every term seen before, and an
+//! observer (`Election::observe`) comes to show the leader the model knows, with its term, or
+//! nobody.
 //! Every step is run against the real server and its outcome is checked against a model that
 //! knows, per hold, whether the server certainly still has it (`Live`: watchdog on), may have
 //! it (`Maybe`: a 300 ms lease without watchdog, or a hold whose fate a lost reply hid) or
@@ -26,11 +30,12 @@ mod sut;
 
 use reference::{Fault, LockModel, Mode, Op, RefState};
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Error, Guard, LockContext};
+use distlock::{Client, Error, Guard, Leader, Leadership, LockContext};
 use distlock_testkit::{FaultProxy, RedisServer};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -59,6 +64,12 @@ const PAUSE: Duration = Duration::from_millis(100);
 /// Longest a hold nobody renews can outlive the step that made it (the long ttl of a ghost
 /// acquisition or of a release that failed, a write intent), with room for scheduling.
 const SETTLE: Duration = Duration::from_millis(4500);
+/// How long a campaign that may wait waits to lead (`Op::Acquire`'s `short` picks no wait).
+const CAMPAIGN_WAIT: Duration = Duration::from_millis(400);
+/// How long a check waits for an election's observer to show what the model knows: it is told
+/// within about a round trip, or re-reads within a ttl (`LONG_TTL`); only a broken observer
+/// reaches this, and the test then fails instead of hanging.
+const OBSERVER_LIMIT: Duration = Duration::from_secs(10);
 
 fn cases() -> u32 {
     std::env::var("DISTLOCK_MODEL_CASES")
@@ -96,6 +107,8 @@ enum Kind {
     Write,
     /// One permit of a semaphore.
     Permit,
+    /// A leadership of an election (the setnx lock of its name, fenced, always renewed).
+    Leader,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +129,8 @@ enum Outcome {
     Upgrade,
     NotOwner,
     LeaseLost,
+    /// A campaign that waited and did not lead in time.
+    Timeout,
     /// A retryable transport error: only after an injected fault.
     Transport,
 }
@@ -127,6 +142,7 @@ fn classify(e: &Error) -> Outcome {
         Error::Upgrade { .. } => Outcome::Upgrade,
         Error::NotOwner { .. } => Outcome::NotOwner,
         Error::LeaseLost { .. } => Outcome::LeaseLost,
+        Error::Timeout { .. } => Outcome::Timeout,
         Error::Redis { .. } if e.is_retryable() => Outcome::Transport,
         other => panic!("unexpected error: {other:?}"),
     }
@@ -140,8 +156,40 @@ struct Hold {
     kind: Kind,
     short: bool,
     fence: Option<u64>,
-    guard: Option<Guard>,
+    guard: Option<Handle>,
     status: Status,
+}
+
+/// What an acquisition returned: a lock's guard, or an election's leadership.
+enum Handle {
+    Lock(Guard),
+    Lead(Leadership),
+}
+
+impl Handle {
+    /// `is_held()`, or `is_leader()`.
+    fn is_held(&self) -> bool {
+        match self {
+            Handle::Lock(g) => g.is_held(),
+            Handle::Lead(l) => l.is_leader(),
+        }
+    }
+
+    /// The fencing token, or the term.
+    fn fence(&self) -> Option<u64> {
+        match self {
+            Handle::Lock(g) => g.fencing_token(),
+            Handle::Lead(l) => Some(l.term()),
+        }
+    }
+
+    /// `release()`, or `resign()`.
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Handle::Lock(g) => g.release().await,
+            Handle::Lead(l) => l.resign().await,
+        }
+    }
 }
 
 impl std::fmt::Debug for Hold {
@@ -177,9 +225,14 @@ struct Sut {
     unseen_fence: [bool; LOCKS],
     /// Write intents (owner, lock, certainly gone after): they keep new readers out.
     intents: Vec<(usize, usize, Instant)>,
+    /// Per election: an observer on the first client.
+    observers: [Option<Observer>; LOCKS],
     /// What happened so far, for the failure message.
     log: Vec<String>,
 }
+
+/// What an election's observer shows, and the last term it showed.
+type Observer = (tokio::sync::watch::Receiver<Option<Leader>>, Cell<u64>);
 
 /// One server for the whole test process; cases flush it.
 fn server() -> MutexGuard<'static, RedisServer> {

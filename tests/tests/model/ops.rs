@@ -52,8 +52,21 @@ impl Sut {
             self.log.push(format!("#{id} extend: no such guard"));
             return;
         };
-        let mut guard = hold.guard.take().expect("guards keep their guard");
         let (status, owner, short) = (hold.status, hold.owner, hold.short);
+        let mut guard = match hold.guard.take().expect("guards keep their guard") {
+            Handle::Lock(guard) => guard,
+            Handle::Lead(leadership) => {
+                // A leadership is renewed, never extended by hand: ask whether it leads.
+                let leads = leadership.is_leader();
+                self.log.push(format!("#{id} is_leader -> {leads}"));
+                hold.guard = Some(Handle::Lead(leadership));
+                match status {
+                    Status::Live if !leads => self.fail("a renewed leadership is not leading"),
+                    Status::Gone if leads => self.fail("a leadership the server lost leads"),
+                    _ => return,
+                }
+            }
+        };
         let mut allowed = BTreeSet::new();
         match status {
             Status::Live => allowed.insert(Outcome::Ok),
@@ -71,7 +84,7 @@ impl Sut {
         let outcome = result.as_ref().map_or_else(classify, |_| Outcome::Ok);
         self.log
             .push(format!("#{id} extend [{fault:?}] -> {outcome:?}"));
-        self.holds.get_mut(&id).expect("hold").guard = Some(guard);
+        self.holds.get_mut(&id).expect("hold").guard = Some(Handle::Lock(guard));
         if !allowed.contains(&outcome) {
             self.fail(format!(
                 "extend of a {status:?} hold: got {outcome:?}, model allows {allowed:?}"
@@ -100,12 +113,12 @@ impl Sut {
         // The hold is certainly on the server: wait for the background release to remove
         // exactly that (its field, its permit, or the setnx key holding its token).
         let held = |fields: &[String]| match kind {
-            Kind::Exclusive => count_prefix(fields, "h:"),
+            Kind::Exclusive | Kind::Leader => count_prefix(fields, "h:"),
             Kind::Read => count_prefix(fields, "r:"),
             Kind::Write => count_prefix(fields, "w:"),
             Kind::Permit => permits_held(fields),
         };
-        let setnx = self.mode(lock) == Mode::Setnx;
+        let setnx = matches!(self.mode(lock), Mode::Setnx | Mode::Election);
         let values = || names(lock).into_iter().map(get_string).collect::<Vec<_>>();
         let before_values = if setnx { values() } else { Vec::new() };
         let before = if setnx { 0 } else { held(&key_state(lock).1) };

@@ -14,6 +14,8 @@ pub(crate) enum Mode {
     ReadWrite,
     /// A semaphore of `PERMITS`: every acquisition, by any owner, one permit.
     Semaphore,
+    /// A leader election: an acquisition is a campaign, a release a resignation.
+    Election,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,8 +30,9 @@ pub(crate) enum Fault {
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
     /// `try_acquire` by `owner` (of both names when `lock` is `BOTH`); `read` picks the side
-    /// in `ReadWrite` mode; `short` means `SHORT_TTL` without watchdog. `id` names the guard
-    /// for later operations.
+    /// in `ReadWrite` mode; `short` means `SHORT_TTL` without watchdog (on an election, which
+    /// is always renewed: a campaign with no wait rather than `CAMPAIGN_WAIT`). `id` names
+    /// the guard (or leadership) for later operations.
     Acquire {
         id: usize,
         owner: usize,
@@ -42,6 +45,7 @@ pub(crate) enum Op {
         id: usize,
         fault: Fault,
     },
+    /// `extend` (a leadership has none: `is_leader()` against the model).
     Extend {
         id: usize,
         fault: Fault,
@@ -73,6 +77,7 @@ fn mode_strategy() -> impl Strategy<Value = Mode> {
         Just(Mode::Write),
         Just(Mode::ReadWrite),
         Just(Mode::Semaphore),
+        Just(Mode::Election),
     ]
 }
 

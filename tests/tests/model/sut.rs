@@ -24,7 +24,15 @@ impl Sut {
                 )
                 .expect("connect")
             })
-            .collect();
+            .collect::<Vec<Client>>();
+        // Each election is followed from the first client, which the faults hit as well.
+        let observers = std::array::from_fn(|lock| {
+            (modes[lock] == Mode::Election).then(|| {
+                let election = clients[0].election(lock_name(lock)).ttl(LONG_TTL);
+                let seen = rt.block_on(election.observe()).expect("observe");
+                (seen, Cell::new(0))
+            })
+        });
         Sut {
             rt,
             modes,
@@ -36,6 +44,7 @@ impl Sut {
             max_fence: [0; LOCKS],
             unseen_fence: [false; LOCKS],
             intents: Vec::new(),
+            observers,
             log: Vec::new(),
         }
     }
@@ -132,6 +141,7 @@ impl Sut {
             Mode::ReadWrite if read => Kind::Read,
             Mode::ReadWrite => Kind::Write,
             Mode::Semaphore => Kind::Permit,
+            Mode::Election => Kind::Leader,
         }
     }
 
