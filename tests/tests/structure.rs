@@ -1,9 +1,10 @@
 //! The runtime's structure, checked: one direction of dependency (a module imports only its own
-//! layer and those below), no file over 600 lines. The layers, lowest first:
+//! layer and those below), no file over 600 lines. The layers, lowest first (`ARCHITECTURE.md`
+//! says what each module owns; keep its table and `LAYERS` the same):
 //!
 //! | layer | modules |
 //! |---|---|
-//! | leaves | error, config, key, identity, context, telemetry, lease, sync, majority, guide |
+//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, guide |
 //! | wire | conn |
 //! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
@@ -11,7 +12,7 @@
 //! | local state | handoff, channels, notify, probe, holds, wait |
 //! | acquisition | runtime, lock, guard |
 //! | facade | client, inspect, election |
-//! | support | private (`__private`), cli, fuzz, the crate root |
+//! | support | private (`__private`), cli, fuzz, the crate root, bin |
 //!
 //! Within a layer, modules import each other one way only. A module that is not in the table
 //! fails the test: each new one is placed on purpose.
