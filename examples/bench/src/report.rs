@@ -161,6 +161,9 @@ impl Results {
             .iter()
             .chain(crate::semaphore::TARGETS)
             .chain(crate::failover::TARGETS)
+            .chain(crate::held::TARGETS)
+            .chain(crate::herd::TARGETS)
+            .chain(crate::memory::TARGETS)
             .map(|t| t.judge(self))
             .collect();
     }
@@ -314,6 +317,9 @@ impl Results {
             .iter()
             .chain(crate::semaphore::DEFINITIONS)
             .chain(crate::failover::DEFINITIONS)
+            .chain(crate::held::DEFINITIONS)
+            .chain(crate::herd::DEFINITIONS)
+            .chain(crate::memory::DEFINITIONS)
         {
             let _ = writeln!(s, "- {line}");
         }
@@ -445,6 +451,9 @@ fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
     ROWS.iter()
         .chain(crate::semaphore::ROWS)
         .chain(crate::failover::ROWS)
+        .chain(crate::held::ROWS)
+        .chain(crate::herd::ROWS)
+        .chain(crate::memory::ROWS)
 }
 
 const ROWS: &[RowSpec] = &[
@@ -584,6 +593,12 @@ const ROWS: &[RowSpec] = &[
         "client CPU, % of one core",
         "client_cpu_pct",
         Fmt::Percent,
+    ),
+    row(
+        "S6",
+        "client CPU µs / held lock / s",
+        "client_cpu_us_per_lock_s",
+        Fmt::Ratio,
     ),
     row(
         "S6",
