@@ -62,6 +62,7 @@ fn main() -> ExitCode {
     // S10's holder and S11's lock-taker (see `herd`, `memory`).
     match args.get(1).map(String::as_str) {
         Some(herd::CHILD_FLAG) => return herd::child(&args[2..]),
+        Some(herd::WAITERS_FLAG) => return herd::waiters_child(&args[2..]),
         Some(memory::CHILD_FLAG) => return memory::child(&args[2..]),
         _ => {}
     }
