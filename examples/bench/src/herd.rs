@@ -18,14 +18,14 @@
 //! `waiting`, parent → `released` (its cap starts), child → the JSON list of its waiters'
 //! served timestamps.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_testkit::RedisServer;
 
+use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::{Column, Kind, FENCED_ONLY};
 use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, Occupancy};
@@ -126,44 +126,6 @@ pub fn waiters_child(args: &[String]) -> ExitCode {
 async fn connect(kind: &str, url: &str) -> Result<Arc<dyn Column>, String> {
     let kind = Kind::from_name(kind).ok_or_else(|| format!("unknown column `{kind}`"))?;
     kind.connect(&[url.to_owned()]).await
-}
-
-fn in_runtime<F, Fut>(body: F) -> ExitCode
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let run = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))
-        .and_then(|runtime| runtime.block_on(body()));
-    match run {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// A line from the parent; end of input means it gave up.
-async fn read_stdin_line() -> Result<(), String> {
-    let read = tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("stdin: {e}"))?;
-    if read == 0 {
-        return Err("the parent closed stdin".to_owned());
-    }
-    Ok(())
-}
-
-fn say(line: &str) -> Result<(), String> {
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{line}")
-        .and_then(|()| stdout.flush())
-        .map_err(|e| format!("stdout: {e}"))
 }
 
 /// The occupancy of the in-process herd (reset by each run; one herd runs at a time).
@@ -316,67 +278,6 @@ fn figures(
     ];
     metrics.extend(names.into_iter().zip(values));
     Ok(())
-}
-
-/// A child process of this binary, spoken to line by line; killed and reaped when dropped.
-struct Child {
-    process: std::process::Child,
-    lines: Option<BufReader<std::process::ChildStdout>>,
-}
-
-impl Child {
-    fn spawn(args: &[&str]) -> Result<Child, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let mut process = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("spawning {}: {e}", args[0]))?;
-        let lines = process.stdout.take().map(BufReader::new);
-        Ok(Child { process, lines })
-    }
-
-    fn say(&mut self, line: &str) -> Result<(), String> {
-        let stdin = self.process.stdin.as_mut().ok_or("child stdin")?;
-        writeln!(stdin, "{line}")
-            .and_then(|()| stdin.flush())
-            .map_err(|e| format!("child stdin: {e}"))
-    }
-
-    /// The next line, read on a blocking thread.
-    async fn line(&mut self) -> Result<String, String> {
-        let mut reader = self.lines.take().ok_or("child stdout")?;
-        let (line, reader) = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            let read = reader.read_line(&mut line);
-            (read.map(|n| (n, line)), reader)
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        self.lines = Some(reader);
-        match line {
-            Ok((0, _)) => Err("the child exited".to_owned()),
-            Ok((_, line)) => Ok(line.trim().to_owned()),
-            Err(e) => Err(format!("child stdout: {e}")),
-        }
-    }
-
-    async fn expect(&mut self, word: &str) -> Result<(), String> {
-        match self.line().await? {
-            line if line == word => Ok(()),
-            line => Err(format!("child said `{line}`, not `{word}`")),
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // Done already unless something failed first.
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
 }
 
 /// The process holding the lock the herd waits for.

@@ -9,6 +9,7 @@
 //! noise lands on all columns alike; the report gives medians across rounds.
 
 mod chart;
+mod child;
 mod columns;
 mod failover;
 mod held;

@@ -6,20 +6,20 @@
 //! `used_memory` and says `go`; the child takes the locks (ttl `S6_TTL`, watchdog on), lets
 //! the watchdog renew them once, and reports the growth of its live heap (counted by the
 //! binary's global allocator, [`Counting`]) and of its resident set (`VmRSS`) since `go`; the
-//! parent reads `used_memory` again and closes the child's stdin, on which the child releases
-//! every lock and exits.
+//! parent reads `used_memory` again and says `release`, on which the child releases every
+//! lock and exits.
 //!
 //! The heap figure is exact (bytes allocated and not freed, the guards the caller keeps
 //! included); the RSS figure is what the OS sees (the allocator's arenas and free lists
 //! included), so it moves in steps.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 use distlock_testkit::RedisServer;
 
+use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::Kind;
 use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, S6_TTL, WAIT};
@@ -120,99 +120,80 @@ struct ChildReport {
 /// The child: `--memory-child <redis url> <key> <locks>`.
 pub fn child(args: &[String]) -> ExitCode {
     COUNTING.store(true, Ordering::SeqCst);
-    match run_child(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
+    in_runtime(|| take_and_report(args))
 }
 
-fn run_child(args: &[String]) -> Result<(), String> {
+async fn take_and_report(args: &[String]) -> Result<(), String> {
     let [url, key, locks] = args else {
         return Err(format!(
             "usage: bench {CHILD_FLAG} <redis url> <key> <locks>"
         ));
     };
     let locks: usize = locks.parse().map_err(|e| format!("locks `{locks}`: {e}"))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    runtime.block_on(async {
-        let client = distlock::Client::connect(url)
+    let client = distlock::Client::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Scripts loaded, the watchdog's task and the connections' buffers in place.
+    for i in 0..TASKS {
+        let guard = client
+            .lock(format!("{key}:warmup:{i}"))
+            .ttl(S6_TTL)
+            .acquire()
             .await
             .map_err(|e| e.to_string())?;
-        // Scripts loaded, the watchdog's task and the connections' buffers in place.
-        for i in 0..TASKS {
-            let guard = client
-                .lock(format!("{key}:warmup:{i}"))
-                .ttl(S6_TTL)
-                .acquire()
-                .await
-                .map_err(|e| e.to_string())?;
-            guard.release().await.map_err(|e| e.to_string())?;
-        }
-        say("ready")?;
-        read_line_stdin().await?;
-        let (heap_before, rss_before) = (LIVE.load(Ordering::SeqCst), rss_bytes()?);
+        guard.release().await.map_err(|e| e.to_string())?;
+    }
+    say("ready")?;
+    read_stdin_line().await?;
+    let (heap_before, rss_before) = (LIVE.load(Ordering::SeqCst), rss_bytes()?);
 
-        let per_task = locks.div_ceil(TASKS);
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|t| {
-                let (client, key) = (client.clone(), key.to_owned());
-                let names = (t * per_task)..((t + 1) * per_task).min(locks);
-                tokio::spawn(async move {
-                    let mut guards = Vec::with_capacity(names.len());
-                    for i in names {
-                        let guard = client
-                            .lock(format!("{key}:{i}"))
-                            .ttl(S6_TTL)
-                            .wait(WAIT)
-                            .acquire()
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        guards.push(guard);
-                    }
-                    Ok::<_, String>(guards)
-                })
+    let per_task = locks.div_ceil(TASKS);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (client, key) = (client.clone(), key.to_owned());
+            let names = (t * per_task)..((t + 1) * per_task).min(locks);
+            tokio::spawn(async move {
+                let mut guards = Vec::with_capacity(names.len());
+                for i in names {
+                    let guard = client
+                        .lock(format!("{key}:{i}"))
+                        .ttl(S6_TTL)
+                        .wait(WAIT)
+                        .acquire()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    guards.push(guard);
+                }
+                Ok::<_, String>(guards)
             })
-            .collect();
-        let mut guards = Vec::with_capacity(locks);
-        for task in tasks {
-            guards.extend(task.await.map_err(|e| e.to_string())??);
+        })
+        .collect();
+    let mut guards = Vec::with_capacity(locks);
+    for task in tasks {
+        guards.extend(task.await.map_err(|e| e.to_string())??);
+    }
+    // A renewal period and a half: every lease renewed once, the watchdog at rest.
+    tokio::time::sleep(S6_TTL / 2).await;
+    let report = ChildReport {
+        heap: LIVE.load(Ordering::SeqCst) as i64 - heap_before as i64,
+        rss: rss_bytes()? - rss_before,
+        held: guards.iter().filter(|g| g.is_held()).count(),
+    };
+    say(&serde_json::to_string(&report).map_err(|e| e.to_string())?)?;
+    // The parent has read the server.
+    read_stdin_line().await?;
+    // Released one by one, which takes a while at 100k: a lease lost meanwhile is not this
+    // scenario's figure (S6b's is), so it is only counted on stderr.
+    let mut refused = 0;
+    for guard in guards {
+        if guard.release().await.is_err() {
+            refused += 1;
         }
-        // A renewal period and a half: every lease renewed once, the watchdog at rest.
-        tokio::time::sleep(S6_TTL / 2).await;
-        let report = ChildReport {
-            heap: LIVE.load(Ordering::SeqCst) as i64 - heap_before as i64,
-            rss: rss_bytes()? - rss_before,
-            held: guards.iter().filter(|g| g.is_held()).count(),
-        };
-        say(&serde_json::to_string(&report).map_err(|e| e.to_string())?)?;
-        // The parent has read the server; end of input says so.
-        read_line_stdin().await?;
-        for guard in guards {
-            guard.release().await.map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    })
-}
-
-fn say(line: &str) -> Result<(), String> {
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{line}")
-        .and_then(|()| stdout.flush())
-        .map_err(|e| format!("stdout: {e}"))
-}
-
-async fn read_line_stdin() -> Result<(), String> {
-    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
-        .await
-        .map_err(|e| e.to_string())?
-        .map(|_| ())
-        .map_err(|e| format!("stdin: {e}"))
+    }
+    if refused > 0 {
+        eprintln!("S11: {refused} of {locks} releases refused after the measurement");
+    }
+    Ok(())
 }
 
 /// Why `kind` has no S11 figure, if it has none.
@@ -225,30 +206,19 @@ pub fn skips(kind: Kind) -> Option<&'static str> {
 
 /// S11 on `server`: a child per count; per lock bytes, and the 100k/10k ratios.
 pub async fn run(server: &RedisServer, key: &str) -> Result<Metrics, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut metrics = Metrics::new();
     for (locks, names) in COUNTS {
         let key = format!("{key}:{locks}");
-        let mut child = Command::new(&exe)
-            .arg(CHILD_FLAG)
-            .arg(server.url())
-            .arg(&key)
-            .arg(locks.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("spawning {}: {e}", exe.display()))?;
-        let measured = measure(&mut child, server).await;
-        drop(child.stdin.take());
-        let status = tokio::task::spawn_blocking(move || child.wait())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        let (report, server_bytes) = measured?;
-        if !status.success() {
-            return Err(format!("memory child: {status}"));
-        }
+        let mut child = Child::spawn(&[CHILD_FLAG, &server.url(), &key, &locks.to_string()])?;
+        child.expect("ready").await?;
+        let before = used_memory(server)?;
+        child.say("go")?;
+        let line = child.line().await?;
+        let report: ChildReport =
+            serde_json::from_str(&line).map_err(|e| format!("memory child said `{line}`: {e}"))?;
+        let server_bytes = used_memory(server)? - before;
+        child.say("release")?;
+        child.wait()?;
         if report.held != locks {
             return Err(format!("{} of {locks} locks held", report.held));
         }
@@ -277,48 +247,12 @@ pub async fn run(server: &RedisServer, key: &str) -> Result<Metrics, String> {
     Ok(metrics)
 }
 
-/// The child's report, and the server's `used_memory` growth from `ready` to the report.
-async fn measure(
-    child: &mut std::process::Child,
-    server: &RedisServer,
-) -> Result<(ChildReport, i64), String> {
-    let mut lines = BufReader::new(child.stdout.take().ok_or("child stdout")?);
-    let (ready, back) = read_line(lines).await?;
-    lines = back;
-    if ready != "ready" {
-        return Err(format!("memory child said `{ready}`"));
-    }
-    let before = used_memory(server)?;
-    let stdin = child.stdin.as_mut().ok_or("child stdin")?;
-    stdin
-        .write_all(b"go\n")
-        .and_then(|()| stdin.flush())
-        .map_err(|e| format!("child stdin: {e}"))?;
-    let (line, _) = read_line(lines).await?;
-    let report: ChildReport =
-        serde_json::from_str(&line).map_err(|e| format!("memory child said `{line}`: {e}"))?;
-    Ok((report, used_memory(server)? - before))
-}
-
 fn used_memory(server: &RedisServer) -> Result<i64, String> {
     let info = server.info("memory");
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| "no used_memory in INFO memory".to_owned())
-}
-
-async fn read_line<R: BufRead + Send + 'static>(mut reader: R) -> Result<(String, R), String> {
-    tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) => Err("the memory child exited".to_owned()),
-            Ok(_) => Ok((line.trim().to_owned(), reader)),
-            Err(e) => Err(format!("child stdout: {e}")),
-        }
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }
 
 pub const ROWS: &[RowSpec] = &[

@@ -18,7 +18,8 @@ pub struct Cell {
     pub rounds: Vec<Metrics>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
-    /// Median across rounds of every figure; for `max_occupancy` the most in any round.
+    /// Median across rounds of every figure; for the correctness figures the worst round
+    /// (`max_occupancy`, refused releases: the most; locks held, waiters served: the fewest).
     pub median: BTreeMap<&'static str, f64>,
 }
 
@@ -33,10 +34,14 @@ impl Cell {
                 .filter_map(|m| m.get(name).copied())
                 .collect();
             // A correctness figure: the worst round counts, never hidden by a median.
-            let value = if name == "max_occupancy" {
-                values.into_iter().fold(f64::NAN, f64::max)
-            } else {
-                median(values)
+            let value = match name {
+                "max_occupancy" | "release_not_owner" => {
+                    values.into_iter().fold(f64::NAN, f64::max)
+                }
+                "held_at_end" | "served" | "p_served" => {
+                    values.into_iter().fold(f64::NAN, f64::min)
+                }
+                _ => median(values),
             };
             self.median.insert(name, value);
         }
