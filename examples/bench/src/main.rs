@@ -9,8 +9,12 @@
 //! noise lands on all columns alike; the report gives medians across rounds.
 
 mod chart;
+mod child;
 mod columns;
 mod failover;
+mod held;
+mod herd;
+mod memory;
 mod report;
 mod s3x;
 mod scenarios;
@@ -32,7 +36,8 @@ const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
-              failover) runs once after the rounds (about 2 minutes, 1 with --quick)";
+              failover) runs once after the rounds (about 2 minutes, 1 with --quick); S10 (herd)
+              takes about 15 s a round, S6b, S6q and S11 about 10 s each";
 
 /// The Redis Cluster of S1c/S2c: 3 masters without replicas (nothing fails over in a
 /// benchmark, so replicas would only add replication traffic to the masters).
@@ -54,6 +59,13 @@ fn main() -> ExitCode {
     // S8's leader process (see `failover`).
     if args.get(1).map(String::as_str) == Some(failover::CHILD_FLAG) {
         return failover::child(&args[2..]);
+    }
+    // S10's holder and S11's lock-taker (see `herd`, `memory`).
+    match args.get(1).map(String::as_str) {
+        Some(herd::CHILD_FLAG) => return herd::child(&args[2..]),
+        Some(herd::WAITERS_FLAG) => return herd::waiters_child(&args[2..]),
+        Some(memory::CHILD_FLAG) => return memory::child(&args[2..]),
+        _ => {}
     }
     let (quick, out, only) = match parse_args() {
         Ok(args) => args,
@@ -297,6 +309,13 @@ async fn run_all(
                 semaphore_round(plan, &semaphores, round, results).await;
                 continue;
             }
+            if matches!(
+                scenario,
+                Scenario::S6b | Scenario::S6q | Scenario::S10 | Scenario::S11
+            ) {
+                at_scale(scenario, plan, deployments, &single, round, results).await;
+                continue;
+            }
             if scenario == Scenario::S8 {
                 // Once, after the rounds: one column, and its 30 s ttl samples take minutes.
                 continue;
@@ -536,6 +555,67 @@ async fn leader_failover(plan: &Plan, node: &RedisServer, results: &mut Results)
         }
     }
     eprintln!("  S8   {:>6.2} s", started.elapsed().as_secs_f64());
+}
+
+/// One round of S6b, S6q (`held`), S10 (`herd`) or S11 (`memory`) for the columns that
+/// have it; the others are n/a with why.
+async fn at_scale(
+    scenario: Scenario,
+    plan: &Plan,
+    deployments: &Deployments<'_>,
+    single: &Columns,
+    round: usize,
+    results: &mut Results,
+) {
+    let started = Instant::now();
+    let node = deployments.node;
+    for (kind, column) in single {
+        let why = match scenario {
+            Scenario::S10 => herd::skips(*kind),
+            Scenario::S11 => memory::skips(*kind),
+            _ => kind.no_watchdog(),
+        };
+        if let Some(why) = why {
+            results.cell(scenario, *kind).na = Some(why.to_owned());
+            continue;
+        }
+        let key = format!("bench:{}:{}:r{round}", scenario.id(), kind.name());
+        let run = match (scenario, column) {
+            (_, Err(why)) => Err(why.clone()),
+            (Scenario::S10, Ok(column)) => herd::run(*kind, column, node, &key).await,
+            (Scenario::S11, Ok(_)) => memory::run(node, &key).await,
+            (Scenario::S6q, Ok(_)) => {
+                let nodes: Vec<&RedisServer> =
+                    deployments.nodes.iter().take(held::S6Q_NODES).collect();
+                match held::client(&nodes).await {
+                    Ok(client) => {
+                        held::hold_many(&client, &nodes, &key, held::S6Q_LOCKS, plan.s6_window)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            (_, Ok(_)) => match held::client(&[node]).await {
+                Ok(client) => {
+                    held::hold_many(&client, &[node], &key, held::S6B_LOCKS, plan.s6_window).await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let cell = results.cell(scenario, *kind);
+        match run {
+            Ok(metrics) => cell.rounds.push(metrics),
+            Err(e) => {
+                eprintln!("{} {}: {e}", scenario.id(), kind.name());
+                cell.errors.push(e);
+            }
+        }
+    }
+    eprintln!(
+        "  {:<4} {:>6.2} s",
+        scenario.id(),
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine shows up here.

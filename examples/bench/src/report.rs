@@ -18,7 +18,8 @@ pub struct Cell {
     pub rounds: Vec<Metrics>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
-    /// Median across rounds of every figure; for `max_occupancy` the most in any round.
+    /// Median across rounds of every figure; for the correctness figures the worst round
+    /// (`max_occupancy`, refused releases: the most; locks held, waiters served: the fewest).
     pub median: BTreeMap<&'static str, f64>,
 }
 
@@ -33,10 +34,14 @@ impl Cell {
                 .filter_map(|m| m.get(name).copied())
                 .collect();
             // A correctness figure: the worst round counts, never hidden by a median.
-            let value = if name == "max_occupancy" {
-                values.into_iter().fold(f64::NAN, f64::max)
-            } else {
-                median(values)
+            let value = match name {
+                "max_occupancy" | "release_not_owner" => {
+                    values.into_iter().fold(f64::NAN, f64::max)
+                }
+                "held_at_end" | "served" | "p_served" => {
+                    values.into_iter().fold(f64::NAN, f64::min)
+                }
+                _ => median(values),
             };
             self.median.insert(name, value);
         }
@@ -161,6 +166,9 @@ impl Results {
             .iter()
             .chain(crate::semaphore::TARGETS)
             .chain(crate::failover::TARGETS)
+            .chain(crate::held::TARGETS)
+            .chain(crate::herd::TARGETS)
+            .chain(crate::memory::TARGETS)
             .map(|t| t.judge(self))
             .collect();
     }
@@ -314,6 +322,9 @@ impl Results {
             .iter()
             .chain(crate::semaphore::DEFINITIONS)
             .chain(crate::failover::DEFINITIONS)
+            .chain(crate::held::DEFINITIONS)
+            .chain(crate::herd::DEFINITIONS)
+            .chain(crate::memory::DEFINITIONS)
         {
             let _ = writeln!(s, "- {line}");
         }
@@ -445,6 +456,9 @@ fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
     ROWS.iter()
         .chain(crate::semaphore::ROWS)
         .chain(crate::failover::ROWS)
+        .chain(crate::held::ROWS)
+        .chain(crate::herd::ROWS)
+        .chain(crate::memory::ROWS)
 }
 
 const ROWS: &[RowSpec] = &[
@@ -584,6 +598,12 @@ const ROWS: &[RowSpec] = &[
         "client CPU, % of one core",
         "client_cpu_pct",
         Fmt::Percent,
+    ),
+    row(
+        "S6",
+        "client CPU µs / held lock / s",
+        "client_cpu_us_per_lock_s",
+        Fmt::Ratio,
     ),
     row(
         "S6",

@@ -103,7 +103,7 @@ fn run_child(args: &[String]) -> Result<(), String> {
 }
 
 /// The [`Occupancy`] in `path`, mapped shared for the rest of the process's life.
-fn map_shared(path: &str) -> Result<&'static Occupancy, String> {
+pub fn map_shared(path: &str) -> Result<&'static Occupancy, String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

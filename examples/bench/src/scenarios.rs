@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock_testkit::{cpu_time, own_cpu_time, RedisServer};
+use distlock_testkit::RedisServer;
 
 use crate::columns::Column;
 
@@ -24,11 +24,9 @@ pub const S3B_HOLD: Duration = Duration::from_millis(5);
 /// S3x: OS processes, and tasks in each, contending on one key with `S3_HOLD`.
 pub const S3X_PROCESSES: usize = 2;
 pub const S3X_TASKS: usize = 4;
-/// S6: locks held at once, their ttl (the watchdog renews every ttl/3), and the tasks that
-/// take them.
+/// S6: locks held at once, and their ttl (the watchdog renews every ttl/3).
 pub const S6_LOCKS: usize = 10_000;
 pub const S6_TTL: Duration = Duration::from_secs(3);
-const S6_TASKS: usize = 50;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
@@ -48,10 +46,17 @@ pub enum Scenario {
     S7,
     /// Leader failover (`failover`).
     S8,
+    /// S6 with 100,000 locks, and with 20,000 on a 3-node quorum (`held`).
+    S6b,
+    S6q,
+    /// 10,000 waiters on one lock (`herd`).
+    S10,
+    /// Memory per held lock, client and server (`memory`).
+    S11,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S1c,
@@ -64,6 +69,10 @@ impl Scenario {
         Scenario::S6,
         Scenario::S7,
         Scenario::S8,
+        Scenario::S6b,
+        Scenario::S6q,
+        Scenario::S10,
+        Scenario::S11,
     ];
 
     pub fn id(self) -> &'static str {
@@ -80,6 +89,10 @@ impl Scenario {
             Scenario::S6 => "S6",
             Scenario::S7 => "S7",
             Scenario::S8 => "S8",
+            Scenario::S6b => "S6b",
+            Scenario::S6q => "S6q",
+            Scenario::S10 => "S10",
+            Scenario::S11 => "S11",
         }
     }
 
@@ -99,6 +112,10 @@ impl Scenario {
             Scenario::S8 => {
                 "S8 leader failover: SIGKILL of the leader's process to the next leader's `campaign()` returning"
             }
+            Scenario::S6b => "S6b 100,000 held locks under the watchdog (ttl 3 s)",
+            Scenario::S6q => "S6q 20,000 held locks on a 3-node quorum under the watchdog (ttl 3 s)",
+            Scenario::S10 => "S10 herd: 10,000 waiters on one lock held by another process",
+            Scenario::S11 => "S11 memory per held lock, client and server, at 10,000 and 100,000 held",
         }
     }
 
@@ -204,9 +221,17 @@ pub async fn run_round(
         // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
         // of its own; `main` runs them on their own (`annotated`, `held_locks`,
         // `two_processes`).
-        Scenario::S3x | Scenario::S5 | Scenario::S6 | Scenario::S7 | Scenario::S8 => entries
+        Scenario::S3x
+        | Scenario::S5
+        | Scenario::S6
+        | Scenario::S7
+        | Scenario::S8
+        | Scenario::S6b
+        | Scenario::S6q
+        | Scenario::S10
+        | Scenario::S11 => entries
             .iter()
-            .map(|_| Err("S3x, S5, S6, S7 and S8 run on their own".to_owned()))
+            .map(|_| Err("S3x and S5 to S11 run on their own".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -514,97 +539,21 @@ pub async fn contended(
     })
 }
 
-/// S6: one fresh distlock `Client` takes `S6_LOCKS` distinct locks (ttl `S6_TTL`, watchdog
-/// on, as users get it) from `S6_TASKS` tasks, then holds them all for `window` while this
-/// process does nothing else, and measures the watchdog's renewal traffic and the CPU it costs
-/// the client and the server. Every guard must still be held at the end; then all are released.
+/// S6: one fresh distlock `Client` takes `S6_LOCKS` distinct locks and holds them for
+/// `window` under the watchdog (see `held`, which S6b and S6q share).
 pub async fn held_locks(
     server: &RedisServer,
     key: &str,
     window: Duration,
 ) -> Result<Metrics, String> {
-    let client = distlock::Client::connect(&server.url())
-        .await
-        .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let per_task = S6_LOCKS / S6_TASKS;
-    let tasks: Vec<_> = (0..S6_TASKS)
-        .map(|t| {
-            let (client, key) = (client.clone(), key.to_owned());
-            tokio::spawn(async move {
-                let mut guards = Vec::with_capacity(per_task);
-                for i in 0..per_task {
-                    let guard = client
-                        .lock(format!("{key}:{}", t * per_task + i))
-                        .ttl(S6_TTL)
-                        .wait(WAIT)
-                        .acquire()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    guards.push(guard);
-                }
-                Ok::<_, String>(guards)
-            })
-        })
-        .collect();
-    let mut guards = Vec::with_capacity(S6_LOCKS);
-    for task in tasks {
-        guards.extend(task.await.map_err(|e| e.to_string())??);
-    }
-    let acquire_s = started.elapsed().as_secs_f64();
-
-    let (trips_before, stats_before) = (client.renewal_round_trips(), server.commandstats());
-    let (cpu_before, server_cpu_before) = (own_cpu_time(), cpu_time(server.pid()));
-    let window_started = Instant::now();
-    tokio::time::sleep(window).await;
-    let elapsed = window_started.elapsed().as_secs_f64();
-    let (cpu, server_cpu) = (
-        own_cpu_time() - cpu_before,
-        cpu_time(server.pid()) - server_cpu_before,
-    );
-    let trips = (client.renewal_round_trips() - trips_before) as f64;
-    // Nothing but renewals reaches the server in the window: one EVALSHA each.
-    let renewals = commands(&stats_before, &server.commandstats(), "evalsha") as f64;
-    let held = guards.iter().filter(|g| g.is_held()).count();
-
-    // Released from as many tasks as took them.
-    let mut releases = tokio::task::JoinSet::new();
-    let mut rest = guards;
-    while !rest.is_empty() {
-        let chunk: Vec<distlock::Guard> = rest.drain(..per_task.min(rest.len())).collect();
-        releases.spawn(async move {
-            for guard in chunk {
-                guard.release().await.map_err(|e| e.to_string())?;
-            }
-            Ok::<_, String>(())
-        });
-    }
-    while let Some(done) = releases.join_next().await {
-        done.map_err(|e| e.to_string())??;
-    }
-
-    let period = (S6_TTL / 3).as_secs_f64();
-    Ok(Metrics::from([
-        ("held_at_end", held as f64),
-        ("acquire_s", acquire_s),
-        ("round_trips_per_s", trips / elapsed),
-        ("round_trips_per_period", trips / (elapsed / period)),
-        ("renewals_per_s", renewals / elapsed),
-        ("renewals_per_round_trip", renewals / trips.max(1.0)),
-        ("client_cpu_pct", 100.0 * cpu.as_secs_f64() / elapsed),
-        ("server_cpu_pct", 100.0 * server_cpu.as_secs_f64() / elapsed),
-    ]))
-}
-
-/// Calls of one command between two `INFO commandstats` snapshots.
-fn commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, name: &str) -> u64 {
-    after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
+    let client = crate::held::client(&[server]).await?;
+    crate::held::hold_many(&client, &[server], key, S6_LOCKS, window).await
 }
 
 /// Commands the server executed between two `INFO commandstats` snapshots, without the
 /// snapshots' own (`INFO`, and `CLIENT SETINFO` from the kit's fresh connection). Calls made
 /// inside Lua scripts count: Redis counts them like any other command.
-fn lock_commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
+pub fn lock_commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
     after
         .iter()
         .filter(|(name, _)| !matches!(name.as_str(), "info" | "client|setinfo"))
