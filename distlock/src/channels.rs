@@ -77,7 +77,8 @@ pub(crate) struct Channel {
     pub(crate) dropped: AtomicBool,
     /// Local waiters that take a hold handed to them (see [`crate::handoff`]).
     pub(crate) handoff: handoff::Queue,
-    /// Releases heard that free the lock for many (a writer leaving), and subscriptions made
+    /// Releases heard that free the lock for many (a writer leaving, the last reader leaving
+    /// while writers wait), and subscriptions made
     /// (a release just before one reached nobody here): counted, because the waiters between
     /// an attempt's busy answer and their sleep miss such a wake-up (a `Notify` keeps one
     /// permit, not one per waiter), and must know to try again (see
@@ -239,7 +240,12 @@ impl Channels {
 
     /// How many releases that free `key` for many this process heard on its channel (0 when
     /// nobody here listens to it); see [`Subscription::wake_alls`].
+    /// Without a waiter here it answers 0 without looking (an uncontended attempt takes no
+    /// lock for it): a count below the true one only costs a waiter one early attempt.
     pub(crate) fn wake_alls(&self, key: &LockKey) -> u64 {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         self.lock()
             .get(key.lock())
             .map_or(0, |ch| ch.wake_alls.load(Ordering::Acquire))

@@ -99,10 +99,9 @@ impl Notifier {
     /// on a channel subscribed already (by an observer, or by waiters gone meanwhile): that
     /// caller must re-check the lock once before sleeping, since a release just before the
     /// subscription (or its own arrival) reached nobody here. Later joiners
-    /// need not, unless they may share the lock: such a release was either heard by this
-    /// process or preceded the first joiner's re-check, which takes an exclusive lock for
-    /// itself but lets only itself into a shared one (readers compare
-    /// [`Subscription::wake_alls`], which counts the subscription too).
+    /// need not for a release that wakes one: it was either heard by this process or
+    /// preceded the first joiner's re-check. A release that wakes all is for every waiter,
+    /// which compares [`Subscription::wake_alls`] (it counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
         key: &LockKey,
@@ -257,10 +256,10 @@ impl Subscription {
     }
 
     /// How many releases that free the lock for many were heard on the channel, plus the
-    /// subscriptions made to it. A waiter that may share the lock (a reader) compares it with
-    /// the count when its last attempt was sent: such a release in between freed the lock
-    /// for it too, though its wake-up may have gone to another waiter, and one just before a
-    /// subscription reached nobody here.
+    /// subscriptions made to it. Every waiter compares it with the count when its last
+    /// attempt was sent: such a release in between freed the lock for it too (for readers, or
+    /// for a writer once the last reader left), though its wake-up may have gone to another
+    /// waiter, and one just before a subscription reached nobody here.
     pub(crate) fn wake_alls(&self) -> u64 {
         self.ch.wake_alls.load(Ordering::Acquire)
     }

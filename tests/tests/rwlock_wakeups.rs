@@ -1,0 +1,162 @@
+//! The read/write lock's wake-ups: a waiting writer is woken when the last reader leaves, and
+//! waiting readers when the writer leaves. Every test here runs with the test hook
+//! `wake_ups_only` on (process-wide, so this binary holds only such tests): a waiter's sleep
+//! ends by a wake-up or with its whole wait, never at its cap (for a writer, its next renewal
+//! of its intent), so a missed wake-up fails as a timeout instead of costing a pause.
+
+mod common;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::client;
+use distlock::{Client, Error};
+use distlock_testkit::RedisServer;
+use rand::Rng;
+
+/// A waiter's whole wait: with the hook on, only a missed wake-up reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+/// Leases far longer than any test: no lease ends while a waiter waits for a release.
+const TTL: Duration = Duration::from_secs(120);
+
+fn wake_ups_only() {
+    distlock::__fuzz::wake_ups_only(true);
+}
+
+/// Holds the thread for `d`: a short critical section, or a delay that moves a release
+/// around the waiter's steps (a different moment each round, not a synchronisation).
+fn spin(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Round after round, a reader holds, a writer of the same client comes to wait (busy:
+/// it registers its intent, subscribes, tries again, sleeps), and the reader leaves at a
+/// different moment each round. The last reader's release must wake the writer wherever it
+/// lands among those steps: it used to be missed when it came between the writer's busy
+/// answer and its sleep, and the writer slept until it renewed its intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    for round in 0..400u32 {
+        let reader = locks
+            .read("w-after-r")
+            .ttl(TTL)
+            .try_acquire()
+            .await
+            .expect("free");
+        let writer = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let g = locks
+                    .write("w-after-r")
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .acquire()
+                    .await?;
+                g.release().await.expect("release");
+                Ok::<(), Error>(())
+            })
+        };
+        spin(Duration::from_micros(rand::rng().random_range(0..1500)));
+        reader.release().await.expect("release");
+        match writer.await.expect("writer task") {
+            Ok(()) => {}
+            Err(e) => panic!("round {round}: the writer missed the last reader's release: {e}"),
+        }
+    }
+}
+
+/// The mirror image: a writer holds, readers of the same client come to wait, and the writer
+/// leaves at a different moment each round. Its release lets every reader in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_readers_are_woken_by_the_writers_release() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    for round in 0..300u32 {
+        let writer = locks
+            .write("r-after-w")
+            .ttl(TTL)
+            .try_acquire()
+            .await
+            .expect("free");
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let g = locks
+                        .read("r-after-w")
+                        .ttl(TTL)
+                        .wait(WAIT)
+                        .acquire()
+                        .await?;
+                    g.release().await.expect("release");
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        spin(Duration::from_micros(rand::rng().random_range(0..1500)));
+        writer.release().await.expect("release");
+        for reader in readers {
+            if let Err(e) = reader.await.expect("reader task") {
+                panic!("round {round}: a reader missed the writer's release: {e}");
+            }
+        }
+    }
+}
+
+/// The mix of issue 29 (8 tasks on one name, 9 reads to 1 write, short holds), in two
+/// processes so that waiters of both hear each release: every acquisition is served by
+/// wake-ups alone, and no writer ever shares the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_mix_is_served_by_wake_ups_alone() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let processes = [client(&server).await, client(&server).await];
+    // Readers inside count up; a writer inside sets a large negative value.
+    let inside = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..8usize {
+        let locks: Client = processes[t % 2].clone();
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        tasks.spawn(async move {
+            for n in 0..150usize {
+                if (n + t) % 10 == 0 {
+                    let g = locks.write("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    if inside.swap(-1_000_000, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    spin(Duration::from_micros(200));
+                    inside.store(0, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                } else {
+                    let g = locks.read("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    if inside.fetch_add(1, Ordering::SeqCst) < 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    spin(Duration::from_micros(100));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            }
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.expect("task") {
+            panic!("an acquisition was not served by a wake-up: {e}");
+        }
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer shared the lock"
+    );
+}
