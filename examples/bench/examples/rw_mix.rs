@@ -2,10 +2,12 @@
 //! reads held 100 µs and writes 200 µs, each waiting with the library's own mechanism.
 //! Prints reads/s, writes/s, the longest wait of a reader and of a writer, the server
 //! commands per call (from `INFO commandstats`, calls = acquisitions + releases), and the
-//! overlaps an in-process check saw (a writer beside anyone).
+//! overlaps an in-process check saw (a writer beside anyone). `peer` as the third argument
+//! runs `distributed-lock-redis` 0.2's read/write lock instead (its own waiting, `acquire_read`
+//! and `acquire_write`), in the same program against the same kind of server.
 //!
 //! ```sh
-//! cargo run --release -p distlock-bench --example rw_mix -- [seconds, default 5] [tasks, default 8]
+//! cargo run --release -p distlock-bench --example rw_mix -- [seconds, default 5] [tasks, default 8] [peer]
 //! ```
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 const READ_HOLD: Duration = Duration::from_micros(100);
 const WRITE_HOLD: Duration = Duration::from_micros(200);
 const TTL: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(10);
 
 /// Sum of `calls=` over every command in `INFO commandstats`.
 async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -41,10 +44,19 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let tasks: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let peer = args.next().is_some_and(|a| a == "peer");
     let server = distlock_testkit::RedisServer::start();
     let client = distlock::Client::connect(&server.url())
         .await
         .expect("connect");
+    let provider = Arc::new(
+        distributed_lock_redis::RedisLockProvider::builder()
+            .url(server.url())
+            .expiry(TTL)
+            .build()
+            .await
+            .expect("connect"),
+    );
     let mut raw = redis::Client::open(server.url())
         .expect("url")
         .get_multiplexed_async_connection()
@@ -53,6 +65,7 @@ async fn main() {
     // Inside: readers count up, a writer sets a large negative value.
     let inside = Arc::new(AtomicI64::new(0));
     let overlaps = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
     let (reads, writes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let (read_wait, write_wait) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let before = commands(&mut raw).await;
@@ -61,6 +74,8 @@ async fn main() {
     let mut set = tokio::task::JoinSet::new();
     for t in 0..tasks {
         let client = client.clone();
+        let provider = provider.clone();
+        let failed = failed.clone();
         let (inside, overlaps) = (inside.clone(), overlaps.clone());
         let (reads, writes) = (reads.clone(), writes.clone());
         let (read_wait, write_wait) = (read_wait.clone(), write_wait.clone());
@@ -71,13 +86,11 @@ async fn main() {
                 let write = n % 10 == 0;
                 let asked = Instant::now();
                 if write {
-                    let g = client
-                        .write("mix")
-                        .ttl(TTL)
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("write");
+                    let g = Held::write(&client, &provider, peer).await;
+                    if matches!(g, Held::Failed) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let waited = asked.elapsed().as_micros() as u64;
                     write_wait.fetch_max(waited, Ordering::Relaxed);
                     if inside.swap(-1_000_000, Ordering::SeqCst) != 0 {
@@ -85,16 +98,14 @@ async fn main() {
                     }
                     spin(WRITE_HOLD).await;
                     inside.store(0, Ordering::SeqCst);
-                    g.release().await.expect("release");
+                    g.release().await;
                     writes.fetch_add(1, Ordering::Relaxed);
                 } else {
-                    let g = client
-                        .read("mix")
-                        .ttl(TTL)
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("read");
+                    let g = Held::read(&client, &provider, peer).await;
+                    if matches!(g, Held::Failed) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let waited = asked.elapsed().as_micros() as u64;
                     read_wait.fetch_max(waited, Ordering::Relaxed);
                     if inside.fetch_add(1, Ordering::SeqCst) < 0 {
@@ -102,7 +113,7 @@ async fn main() {
                     }
                     spin(READ_HOLD).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    g.release().await.expect("release");
+                    g.release().await;
                     reads.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -116,13 +127,15 @@ async fn main() {
         writes.load(Ordering::Relaxed),
     );
     println!(
-        "tasks {tasks}, {secs} s: reads/s {:.0}, writes/s {:.0}, longest wait read {:.1} ms, write {:.1} ms, commands per call {:.1}, overlaps {}",
+        "{}, tasks {tasks}, {secs} s: reads/s {:.0}, writes/s {:.0}, longest wait read {:.1} ms, write {:.1} ms, commands per call {:.1}, overlaps {}, not served within {WAIT:?} {}",
+        if peer { "distributed-lock-redis" } else { "distlock" },
         r as f64 / elapsed,
         w as f64 / elapsed,
         read_wait.load(Ordering::Relaxed) as f64 / 1000.0,
         write_wait.load(Ordering::Relaxed) as f64 / 1000.0,
         (after - before) as f64 / (2 * (r + w)).max(1) as f64,
         overlaps.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
     );
 }
 
@@ -133,3 +146,70 @@ async fn spin(d: Duration) {
         std::hint::spin_loop();
     }
 }
+
+/// A hold of either library.
+enum Held {
+    Distlock(distlock::Guard),
+    PeerRead(distributed_lock_redis::RedisReadLockHandle),
+    PeerWrite(distributed_lock_redis::RedisWriteLockHandle),
+    /// Not served within `WAIT` (the peer's readers can wait that long).
+    Failed,
+}
+
+impl Held {
+    async fn read(client: &distlock::Client, provider: &Peer, peer: bool) -> Held {
+        use distributed_lock_core::traits::{
+            DistributedReaderWriterLock, ReaderWriterLockProvider,
+        };
+        if peer {
+            let lock = provider.create_reader_writer_lock("mix");
+            return lock
+                .acquire_read(Some(WAIT))
+                .await
+                .map_or(Held::Failed, Held::PeerRead);
+        }
+        Held::Distlock(
+            client
+                .read("mix")
+                .ttl(TTL)
+                .wait(WAIT)
+                .acquire()
+                .await
+                .expect("read"),
+        )
+    }
+
+    async fn write(client: &distlock::Client, provider: &Peer, peer: bool) -> Held {
+        use distributed_lock_core::traits::{
+            DistributedReaderWriterLock, ReaderWriterLockProvider,
+        };
+        if peer {
+            let lock = provider.create_reader_writer_lock("mix");
+            return lock
+                .acquire_write(Some(WAIT))
+                .await
+                .map_or(Held::Failed, Held::PeerWrite);
+        }
+        Held::Distlock(
+            client
+                .write("mix")
+                .ttl(TTL)
+                .wait(WAIT)
+                .acquire()
+                .await
+                .expect("write"),
+        )
+    }
+
+    async fn release(self) {
+        use distributed_lock_core::traits::LockHandle;
+        match self {
+            Held::Distlock(g) => g.release().await.expect("release"),
+            Held::PeerRead(h) => h.release().await.expect("release"),
+            Held::PeerWrite(h) => h.release().await.expect("release"),
+            Held::Failed => {}
+        }
+    }
+}
+
+type Peer = Arc<distributed_lock_redis::RedisLockProvider>;
