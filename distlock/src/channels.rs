@@ -84,6 +84,11 @@ pub(crate) struct Channel {
     /// permit, not one per waiter), and must know to try again (see
     /// [`Subscription::wake_alls`]).
     pub(crate) wake_alls: AtomicU64,
+    /// The releases alone among [`wake_alls`](Self::wake_alls): what a waiter that queued on
+    /// arrival, without an attempt, compares. A subscription made since its arrival is no news
+    /// to it (it never found the lock busy), and counting those sent a crowd of waiters that
+    /// queued together to attempt all at once.
+    pub(crate) alls_heard: AtomicU64,
     /// The attempt one local waiter makes for the others (see [`Probing`]).
     pub(crate) probing: Arc<Probing>,
 }
@@ -109,6 +114,7 @@ impl Channel {
             dropped: AtomicBool::new(false),
             handoff: handoff::Queue::default(),
             wake_alls: AtomicU64::new(0),
+            alls_heard: AtomicU64::new(0),
             probing: Arc::default(),
         })
     }
@@ -129,6 +135,15 @@ const RIVAL_WINDOW: Duration = Duration::from_millis(50);
 const HEARD: usize = 16;
 
 impl Channel {
+    /// See [`Channels::wake_count`].
+    pub(crate) fn wake_count(&self, with_subscriptions: bool) -> u64 {
+        if with_subscriptions {
+            self.wake_alls.load(Ordering::Acquire)
+        } else {
+            self.alls_heard.load(Ordering::Acquire)
+        }
+    }
+
     /// True the first time a release's wake-up id is heard.
     pub(crate) fn first_hearing(&self, id: &[u8]) -> bool {
         let mut heard = lock(&self.heard);
@@ -194,6 +209,7 @@ impl Channels {
                 match push.data.get(1) {
                     Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
                         ch.wake_alls.fetch_add(1, Ordering::AcqRel);
+                        ch.alls_heard.fetch_add(1, Ordering::AcqRel);
                         ch.released.notify_waiters();
                         ch.released.notify_one();
                     }
@@ -238,17 +254,18 @@ impl Channels {
         }
     }
 
-    /// How many releases that free `key` for many this process heard on its channel (0 when
-    /// nobody here listens to it); see [`Subscription::wake_alls`].
-    /// Without a waiter here it answers 0 without looking (an uncontended attempt takes no
-    /// lock for it): a count below the true one only costs a waiter one early attempt.
-    pub(crate) fn wake_alls(&self, key: &LockKey) -> u64 {
+    /// How many releases that free `key` for many this process heard on its channel, plus
+    /// its subscriptions to it if `with_subscriptions` (0 when nobody here listens); see
+    /// [`Subscription::wake_count`]. Without a waiter here it answers 0 without looking (an
+    /// uncontended attempt takes no lock for it): a count below the true one only costs a
+    /// waiter one early attempt.
+    pub(crate) fn wake_count(&self, key: &LockKey, with_subscriptions: bool) -> u64 {
         if self.waiting.load(Ordering::Acquire) == 0 {
             return 0;
         }
         self.lock()
             .get(key.lock())
-            .map_or(0, |ch| ch.wake_alls.load(Ordering::Acquire))
+            .map_or(0, |ch| ch.wake_count(with_subscriptions))
     }
 
     /// Called before a task's first attempt at a lock. If other tasks of this process are

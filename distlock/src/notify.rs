@@ -101,7 +101,7 @@ impl Notifier {
     /// subscription (or its own arrival) reached nobody here. Later joiners
     /// need not for a release that wakes one: it was either heard by this process or
     /// preceded the first joiner's re-check. A release that wakes all is for every waiter,
-    /// which compares [`Subscription::wake_alls`] (it counts the subscription too).
+    /// which compares [`Subscription::wake_count`] (it counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
         key: &LockKey,
@@ -255,13 +255,14 @@ impl Subscription {
         handoff::Queue::open(self.ch.clone(), terms)
     }
 
-    /// How many releases that free the lock for many were heard on the channel, plus the
-    /// subscriptions made to it. Every waiter compares it with the count when its last
-    /// attempt was sent: such a release in between freed the lock for it too (for readers, or
-    /// for a writer once the last reader left), though its wake-up may have gone to another
-    /// waiter, and one just before a subscription reached nobody here.
-    pub(crate) fn wake_alls(&self) -> u64 {
-        self.ch.wake_alls.load(Ordering::Acquire)
+    /// How many releases that free the lock for many were heard on the channel, plus (with
+    /// `with_subscriptions`) the subscriptions made to it. Every waiter compares it with the
+    /// count when its last attempt was sent: such a release in between freed the lock for it
+    /// too (for readers, or for a writer once the last reader left), though its wake-up may
+    /// have gone to another waiter, and one just before a subscription reached nobody here.
+    /// A waiter that queued on arrival without an attempt counts the releases alone.
+    pub(crate) fn wake_count(&self, with_subscriptions: bool) -> u64 {
+        self.ch.wake_count(with_subscriptions)
     }
 
     /// Resolves at the next message heard on the channel, or when messages may have gone

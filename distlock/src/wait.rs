@@ -67,11 +67,14 @@ pub(crate) struct Waiter<'a> {
     attempt_rejoins: u64,
     /// Holders may share the lock (a reader): a probe that got in may have let everyone in.
     shared: bool,
-    /// [`Subscription::wake_alls`] when this caller's last attempt was sent (or when it
+    /// [`Subscription::wake_count`] when this caller's last attempt was sent (or when it
     /// queued on arrival). A release that frees the lock for many (the last reader leaving
     /// while a writer waits, a writer leaving) is for every waiter, even if another took its
     /// wake-up: readers and writers alike.
     attempt_wake_alls: u64,
+    /// This caller attempted (it did not only queue on arrival): subscriptions count in
+    /// [`attempt_wake_alls`](Self::attempt_wake_alls) too.
+    attempted: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -94,16 +97,18 @@ impl<'a> Waiter<'a> {
             attempt_rejoins: notifier.rejoins(),
             shared,
             attempt_wake_alls: 0,
+            attempted: false,
         }
     }
 
     /// Called as each attempt is sent (see [`Notifier::rejoins`] and
-    /// [`Subscription::wake_alls`]).
+    /// [`Subscription::wake_count`]).
     pub(crate) fn attempting(&mut self) {
         self.attempt_rejoins = self.notifier.rejoins();
+        self.attempted = true;
         self.attempt_wake_alls = match &self.subscription {
-            Some(sub) => sub.wake_alls(),
-            None => self.notifier.channels().wake_alls(&self.key),
+            Some(sub) => sub.wake_count(true),
+            None => self.notifier.channels().wake_count(&self.key, true),
         };
     }
 
@@ -138,8 +143,9 @@ impl<'a> Waiter<'a> {
         match self.notifier.channels().arrive(&self.key) {
             Arrival::Attempt(in_flight) => self.in_flight = Some(in_flight),
             Arrival::Queue { holder_until } => {
-                // A release that frees the lock for many from now on is for this caller too.
-                self.attempt_wake_alls = self.notifier.channels().wake_alls(&self.key);
+                // A release that frees the lock for many from now on is for this caller too
+                // (not a subscription: the first to join re-checks, see `sleep_subscribed`).
+                self.attempt_wake_alls = self.notifier.channels().wake_count(&self.key, false);
                 let cap = holder_until.map_or(UNKNOWN_HOLDER, |t| {
                     t.saturating_duration_since(Instant::now())
                 });
@@ -268,7 +274,7 @@ impl<'a> Waiter<'a> {
         // (A count that differs because the channel's entry was made anew since counts too.)
         // Writers too: the last reader's release that lets a waiting writer in is one of
         // these, and a writer that missed it slept until its next renewal of its intent.
-        if sub.wake_alls() != self.attempt_wake_alls {
+        if sub.wake_count(self.attempted) != self.attempt_wake_alls {
             self.subscription = Some(sub);
             return true;
         }

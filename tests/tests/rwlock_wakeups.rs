@@ -160,3 +160,56 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
         "a writer shared the lock"
     );
 }
+
+/// A crowd of writers of one client arrives while another client holds the write lock: they
+/// queue behind the first one's attempt and sleep until the release, costing the server a few
+/// commands, not one attempt each. (A waiter that queued on arrival counts the releases that
+/// wake all, not the subscription the first one makes: counting that too sent the whole crowd
+/// to attempt at once.) Then the release serves them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
+    wake_ups_only();
+    // Small: the release wakes every writer of the client, and all but one find the lock
+    // taken again, so serving n writers costs about n * n / 2 attempts.
+    const CROWD: usize = 100;
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let locks = client(&server).await;
+    let held = holder
+        .write("herd")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("free");
+    let commands = || -> u64 {
+        let mut stats = server.commandstats();
+        for reading in ["info", "hello", "client|setinfo"] {
+            stats.remove(reading);
+        }
+        stats.values().sum()
+    };
+    let before = commands();
+    let writers: Vec<_> = (0..CROWD)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let g = locks.write("herd").ttl(TTL).wait(WAIT).acquire().await?;
+                g.release().await.expect("release");
+                Ok::<(), Error>(())
+            })
+        })
+        .collect();
+    // Long enough for every writer to have arrived and gone to sleep (an exposure, not a
+    // synchronisation: a burst would come within it).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = commands() - before;
+    println!("{CROWD} writers: {used} server commands while the lock was held");
+    assert!(
+        used < CROWD as u64 / 4,
+        "{used} server commands for {CROWD} writers that queued"
+    );
+    held.release().await.expect("release");
+    for w in writers {
+        w.await.expect("task").expect("every writer is served");
+    }
+}
