@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::client;
+use common::{as_other_owner, client};
 use distlock::{Client, Error};
 use distlock_testkit::RedisServer;
 use rand::Rng;
@@ -212,4 +212,29 @@ async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
     for w in writers {
         w.await.expect("task").expect("every writer is served");
     }
+}
+
+/// A writer's single try that finds a reader inside records no intent, so a new reader still
+/// comes straight in: the intent of a writer that does not come back kept new readers out for
+/// up to min(ttl, 2 s), and nothing wakes a waiting reader when an intent lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_single_try_keeps_no_reader_out() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let a = locks
+        .read("try")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("free");
+    let busy = as_other_owner(locks.write("try").ttl(TTL).try_acquire())
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    let b = as_other_owner(locks.read("try").ttl(TTL).try_acquire())
+        .await
+        .expect("a writer that tried once keeps no new reader out");
+    b.release().await.expect("release");
+    a.release().await.expect("release");
 }
