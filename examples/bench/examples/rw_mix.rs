@@ -149,7 +149,7 @@ async fn spin(d: Duration) {
 
 /// A hold of either library.
 enum Held {
-    Distlock(distlock::Guard),
+    Distlock(Box<distlock::Guard>),
     PeerRead(distributed_lock_redis::RedisReadLockHandle),
     PeerWrite(distributed_lock_redis::RedisWriteLockHandle),
     /// Not served within `WAIT` (the peer's readers can wait that long).
@@ -168,7 +168,7 @@ impl Held {
                 .await
                 .map_or(Held::Failed, Held::PeerRead);
         }
-        Held::Distlock(
+        Held::Distlock(Box::new(
             client
                 .read("mix")
                 .ttl(TTL)
@@ -176,7 +176,7 @@ impl Held {
                 .acquire()
                 .await
                 .expect("read"),
-        )
+        ))
     }
 
     async fn write(client: &distlock::Client, provider: &Peer, peer: bool) -> Held {
@@ -190,7 +190,7 @@ impl Held {
                 .await
                 .map_or(Held::Failed, Held::PeerWrite);
         }
-        Held::Distlock(
+        Held::Distlock(Box::new(
             client
                 .write("mix")
                 .ttl(TTL)
@@ -198,13 +198,13 @@ impl Held {
                 .acquire()
                 .await
                 .expect("write"),
-        )
+        ))
     }
 
     async fn release(self) {
         use distributed_lock_core::traits::LockHandle;
         match self {
-            Held::Distlock(g) => g.release().await.expect("release"),
+            Held::Distlock(g) => (*g).release().await.expect("release"),
             Held::PeerRead(h) => h.release().await.expect("release"),
             Held::PeerWrite(h) => h.release().await.expect("release"),
             Held::Failed => {}
