@@ -49,8 +49,14 @@ pub(crate) struct Channels {
 }
 
 pub(crate) struct Channel {
-    /// A release wakes the first queued waiter (or leaves a permit if none is parked).
+    /// Waiters that take the lock for themselves alone: a release wakes the first queued
+    /// (or leaves a permit if none is parked), a release that frees the lock for many too
+    /// (only one of them can get in; waking all of a process's writers at each writer's
+    /// release cost n * n / 2 attempts to serve n of them).
     pub(crate) released: Notify,
+    /// Waiters that may share the lock (readers, permits): a release that frees it for many
+    /// wakes all of them, any other the first queued.
+    pub(crate) released_shared: Notify,
     /// Live subscriptions of this process to the channel.
     pub(crate) waiters: AtomicUsize,
     /// Live subscriptions of observers (see `notify::Role::Observer`): they keep the channel
@@ -103,6 +109,7 @@ impl Channel {
     pub(crate) fn new() -> Arc<Channel> {
         Arc::new(Channel {
             released: Notify::new(),
+            released_shared: Notify::new(),
             waiters: AtomicUsize::new(0),
             observers: AtomicUsize::new(0),
             observed: Notify::new(),
@@ -142,6 +149,13 @@ impl Channel {
         } else {
             self.alls_heard.load(Ordering::Acquire)
         }
+    }
+
+    /// A release that frees the lock for one: the first queued waiter of each kind tries (a
+    /// read/write lock's last reader leaving may let a writer in, or a reader if none waits).
+    fn wake_one(&self) {
+        self.released.notify_one();
+        self.released_shared.notify_one();
     }
 
     /// True the first time a release's wake-up id is heard.
@@ -210,16 +224,17 @@ impl Channels {
                     Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
                         ch.wake_alls.fetch_add(1, Ordering::AcqRel);
                         ch.alls_heard.fetch_add(1, Ordering::AcqRel);
-                        ch.released.notify_waiters();
+                        ch.released_shared.notify_waiters();
+                        ch.released_shared.notify_one();
                         ch.released.notify_one();
                     }
                     Some(Value::BulkString(payload)) if payload.as_slice() == TAKEN => {}
                     Some(Value::BulkString(id)) if !id.is_empty() => {
                         if ch.first_hearing(id) {
-                            ch.released.notify_one();
+                            ch.wake_one();
                         }
                     }
-                    _ => ch.released.notify_one(),
+                    _ => ch.wake_one(),
                 }
             }
             // A shard channel the server dropped on its own (its slot migrated to another
@@ -240,6 +255,7 @@ impl Channels {
                 {
                     ch.dropped.store(true, Ordering::Release);
                     ch.released.notify_waiters();
+                    ch.released_shared.notify_waiters();
                     ch.observed.notify_waiters();
                 }
             }
@@ -357,6 +373,7 @@ impl Channels {
     pub(crate) fn wake_all(&self) {
         for ch in self.lock().values() {
             ch.released.notify_waiters();
+            ch.released_shared.notify_waiters();
             ch.observed.notify_waiters();
         }
     }

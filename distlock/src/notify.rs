@@ -277,12 +277,17 @@ impl Subscription {
         &self.ch.probing
     }
 
-    /// Sleeps until a release is published (true) or `fallback` passes (false). Returns true
-    /// at once if the subscriptions' connection came back since `rejoins` (the caller's
+    /// Sleeps until a release is published (true) or `fallback` passes (false), in the queue
+    /// of the waiters that may share the lock if `shared`. Returns true at once if the
+    /// subscriptions' connection came back since `rejoins` (the caller's
     /// [`Notifier::rejoins`] when it last attempted): a release may have gone unheard.
-    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64) -> bool {
+    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64, shared: bool) -> bool {
         // Created before the check: a rejoin after it wakes this future.
-        let released = self.ch.released.notified();
+        let released = if shared {
+            self.ch.released_shared.notified()
+        } else {
+            self.ch.released.notified()
+        };
         let rejoined = self
             .channels
             .upgrade()

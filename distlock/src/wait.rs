@@ -364,15 +364,15 @@ impl<'a> Waiter<'a> {
         fallback: Duration,
         until_probed: bool,
     ) -> bool {
-        let rejoins = self.attempt_rejoins;
+        let (rejoins, shared) = (self.attempt_rejoins, self.shared);
         let released = async {
             if until_probed {
                 tokio::select! {
-                    woken = sub.released(fallback, rejoins) => woken,
+                    woken = sub.released(fallback, rejoins, shared) => woken,
                     _ = sub.probing().over() => false,
                 }
             } else {
-                sub.released(fallback, rejoins).await
+                sub.released(fallback, rejoins, shared).await
             }
         };
         match slot {

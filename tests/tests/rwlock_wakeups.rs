@@ -165,12 +165,11 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
 /// queue behind the first one's attempt and sleep until the release, costing the server a few
 /// commands, not one attempt each. (A waiter that queued on arrival counts the releases that
 /// wake all, not the subscription the first one makes: counting that too sent the whole crowd
-/// to attempt at once.) Then the release serves them all.
+/// to attempt at once.) Then the release serves them all, each writer's release waking one
+/// more (waking all of them made serving n writers cost about n * n / 2 attempts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
     wake_ups_only();
-    // Small: the release wakes every writer of the client, and all but one find the lock
-    // taken again, so serving n writers costs about n * n / 2 attempts.
     const CROWD: usize = 100;
     let server = RedisServer::start();
     let holder = client(&server).await;
@@ -208,10 +207,18 @@ async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
         used < CROWD as u64 / 4,
         "{used} server commands for {CROWD} writers that queued"
     );
+    let before = commands();
     held.release().await.expect("release");
     for w in writers {
         w.await.expect("task").expect("every writer is served");
     }
+    // Each writer's release wakes one waiting writer here, not all of them.
+    let serving = commands() - before;
+    println!("{CROWD} writers: {serving} server commands to serve them all");
+    assert!(
+        serving < (CROWD * 50) as u64,
+        "{serving} server commands to serve {CROWD} writers"
+    );
 }
 
 /// A writer's single try that finds a reader inside records no intent, so a new reader still
