@@ -28,7 +28,7 @@
  *   fence    each write token issued is above every token issued before
  *   final    once every call returned and every background release finished, no hold is
  *            left (intents may be: a writer that gave up leaves its intent, which ends
- *            within min(ttl, 2 s) by design, write_acquire.lua 62-70)
+ *            within min(ttl, 2 s) by design, write_acquire.lua 86-100)
  *
  * Variants (-D):
  *   OLD_READ_RETRY  finding 2 (spec/README.md), fixed in read_acquire.lua: a read acquire
@@ -180,7 +180,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
             writer = me; wleft = ttl; wmask = 1 << n;         /* 49-53 */
             intent[me] = 0;                                   /* 54-58 */
             r = 1                                             /* 60 */
-       :: else ->                                             /* 62-70: busy, intent */
+       :: else ->                                             /* 86-100: busy, intent */
             intent[me] = INTENT;
             r = 0
        fi

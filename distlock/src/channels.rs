@@ -49,8 +49,14 @@ pub(crate) struct Channels {
 }
 
 pub(crate) struct Channel {
-    /// A release wakes the first queued waiter (or leaves a permit if none is parked).
+    /// Waiters that take the lock for themselves alone: a release wakes the first queued
+    /// (or leaves a permit if none is parked), a release that frees the lock for many too
+    /// (only one of them can get in; waking all of a process's writers at each writer's
+    /// release cost n * n / 2 attempts to serve n of them).
     pub(crate) released: Notify,
+    /// Waiters that may share the lock (readers, permits): a release that frees it for many
+    /// wakes all of them, any other the first queued.
+    pub(crate) released_shared: Notify,
     /// Live subscriptions of this process to the channel.
     pub(crate) waiters: AtomicUsize,
     /// Live subscriptions of observers (see `notify::Role::Observer`): they keep the channel
@@ -77,12 +83,18 @@ pub(crate) struct Channel {
     pub(crate) dropped: AtomicBool,
     /// Local waiters that take a hold handed to them (see [`crate::handoff`]).
     pub(crate) handoff: handoff::Queue,
-    /// Releases heard that free the lock for many (a writer leaving), and subscriptions made
+    /// Releases heard that free the lock for many (a writer leaving, the last reader leaving
+    /// while writers wait), and subscriptions made
     /// (a release just before one reached nobody here): counted, because the waiters between
     /// an attempt's busy answer and their sleep miss such a wake-up (a `Notify` keeps one
     /// permit, not one per waiter), and must know to try again (see
     /// [`Subscription::wake_alls`]).
     pub(crate) wake_alls: AtomicU64,
+    /// The releases alone among [`wake_alls`](Self::wake_alls): what a waiter that queued on
+    /// arrival, without an attempt, compares. A subscription made since its arrival is no news
+    /// to it (it never found the lock busy), and counting those sent a crowd of waiters that
+    /// queued together to attempt all at once.
+    pub(crate) alls_heard: AtomicU64,
     /// The attempt one local waiter makes for the others (see [`Probing`]).
     pub(crate) probing: Arc<Probing>,
 }
@@ -97,6 +109,7 @@ impl Channel {
     pub(crate) fn new() -> Arc<Channel> {
         Arc::new(Channel {
             released: Notify::new(),
+            released_shared: Notify::new(),
             waiters: AtomicUsize::new(0),
             observers: AtomicUsize::new(0),
             observed: Notify::new(),
@@ -108,6 +121,7 @@ impl Channel {
             dropped: AtomicBool::new(false),
             handoff: handoff::Queue::default(),
             wake_alls: AtomicU64::new(0),
+            alls_heard: AtomicU64::new(0),
             probing: Arc::default(),
         })
     }
@@ -128,6 +142,22 @@ const RIVAL_WINDOW: Duration = Duration::from_millis(50);
 const HEARD: usize = 16;
 
 impl Channel {
+    /// See [`Channels::wake_count`].
+    pub(crate) fn wake_count(&self, with_subscriptions: bool) -> u64 {
+        if with_subscriptions {
+            self.wake_alls.load(Ordering::Acquire)
+        } else {
+            self.alls_heard.load(Ordering::Acquire)
+        }
+    }
+
+    /// A release that frees the lock for one: the first queued waiter of each kind tries (a
+    /// read/write lock's last reader leaving may let a writer in, or a reader if none waits).
+    fn wake_one(&self) {
+        self.released.notify_one();
+        self.released_shared.notify_one();
+    }
+
     /// True the first time a release's wake-up id is heard.
     pub(crate) fn first_hearing(&self, id: &[u8]) -> bool {
         let mut heard = lock(&self.heard);
@@ -193,16 +223,18 @@ impl Channels {
                 match push.data.get(1) {
                     Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_ALL => {
                         ch.wake_alls.fetch_add(1, Ordering::AcqRel);
-                        ch.released.notify_waiters();
+                        ch.alls_heard.fetch_add(1, Ordering::AcqRel);
+                        ch.released_shared.notify_waiters();
+                        ch.released_shared.notify_one();
                         ch.released.notify_one();
                     }
                     Some(Value::BulkString(payload)) if payload.as_slice() == TAKEN => {}
                     Some(Value::BulkString(id)) if !id.is_empty() => {
                         if ch.first_hearing(id) {
-                            ch.released.notify_one();
+                            ch.wake_one();
                         }
                     }
-                    _ => ch.released.notify_one(),
+                    _ => ch.wake_one(),
                 }
             }
             // A shard channel the server dropped on its own (its slot migrated to another
@@ -223,6 +255,7 @@ impl Channels {
                 {
                     ch.dropped.store(true, Ordering::Release);
                     ch.released.notify_waiters();
+                    ch.released_shared.notify_waiters();
                     ch.observed.notify_waiters();
                 }
             }
@@ -237,12 +270,18 @@ impl Channels {
         }
     }
 
-    /// How many releases that free `key` for many this process heard on its channel (0 when
-    /// nobody here listens to it); see [`Subscription::wake_alls`].
-    pub(crate) fn wake_alls(&self, key: &LockKey) -> u64 {
+    /// How many releases that free `key` for many this process heard on its channel, plus
+    /// its subscriptions to it if `with_subscriptions` (0 when nobody here listens); see
+    /// [`Subscription::wake_count`]. Without a waiter here it answers 0 without looking (an
+    /// uncontended attempt takes no lock for it): a count below the true one only costs a
+    /// waiter one early attempt.
+    pub(crate) fn wake_count(&self, key: &LockKey, with_subscriptions: bool) -> u64 {
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         self.lock()
             .get(key.lock())
-            .map_or(0, |ch| ch.wake_alls.load(Ordering::Acquire))
+            .map_or(0, |ch| ch.wake_count(with_subscriptions))
     }
 
     /// Called before a task's first attempt at a lock. If other tasks of this process are
@@ -334,6 +373,7 @@ impl Channels {
     pub(crate) fn wake_all(&self) {
         for ch in self.lock().values() {
             ch.released.notify_waiters();
+            ch.released_shared.notify_waiters();
             ch.observed.notify_waiters();
         }
     }

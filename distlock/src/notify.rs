@@ -99,10 +99,9 @@ impl Notifier {
     /// on a channel subscribed already (by an observer, or by waiters gone meanwhile): that
     /// caller must re-check the lock once before sleeping, since a release just before the
     /// subscription (or its own arrival) reached nobody here. Later joiners
-    /// need not, unless they may share the lock: such a release was either heard by this
-    /// process or preceded the first joiner's re-check, which takes an exclusive lock for
-    /// itself but lets only itself into a shared one (readers compare
-    /// [`Subscription::wake_alls`], which counts the subscription too).
+    /// need not for a release that wakes one: it was either heard by this process or
+    /// preceded the first joiner's re-check. A release that wakes all is for every waiter,
+    /// which compares [`Subscription::wake_count`] (it counts the subscription too).
     pub(crate) async fn subscribe(
         &self,
         key: &LockKey,
@@ -256,13 +255,14 @@ impl Subscription {
         handoff::Queue::open(self.ch.clone(), terms)
     }
 
-    /// How many releases that free the lock for many were heard on the channel, plus the
-    /// subscriptions made to it. A waiter that may share the lock (a reader) compares it with
-    /// the count when its last attempt was sent: such a release in between freed the lock
-    /// for it too, though its wake-up may have gone to another waiter, and one just before a
-    /// subscription reached nobody here.
-    pub(crate) fn wake_alls(&self) -> u64 {
-        self.ch.wake_alls.load(Ordering::Acquire)
+    /// How many releases that free the lock for many were heard on the channel, plus (with
+    /// `with_subscriptions`) the subscriptions made to it. Every waiter compares it with the
+    /// count when its last attempt was sent: such a release in between freed the lock for it
+    /// too (for readers, or for a writer once the last reader left), though its wake-up may
+    /// have gone to another waiter, and one just before a subscription reached nobody here.
+    /// A waiter that queued on arrival without an attempt counts the releases alone.
+    pub(crate) fn wake_count(&self, with_subscriptions: bool) -> u64 {
+        self.ch.wake_count(with_subscriptions)
     }
 
     /// Resolves at the next message heard on the channel, or when messages may have gone
@@ -277,12 +277,17 @@ impl Subscription {
         &self.ch.probing
     }
 
-    /// Sleeps until a release is published (true) or `fallback` passes (false). Returns true
-    /// at once if the subscriptions' connection came back since `rejoins` (the caller's
+    /// Sleeps until a release is published (true) or `fallback` passes (false), in the queue
+    /// of the waiters that may share the lock if `shared`. Returns true at once if the
+    /// subscriptions' connection came back since `rejoins` (the caller's
     /// [`Notifier::rejoins`] when it last attempted): a release may have gone unheard.
-    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64) -> bool {
+    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64, shared: bool) -> bool {
         // Created before the check: a rejoin after it wakes this future.
-        let released = self.ch.released.notified();
+        let released = if shared {
+            self.ch.released_shared.notified()
+        } else {
+            self.ch.released.notified()
+        };
         let rejoined = self
             .channels
             .upgrade()

@@ -40,6 +40,12 @@ const MAX_SPREAD: Duration = Duration::from_secs(1);
 /// its caller stopped polling it.
 const PROBE_PATIENCE: Duration = Duration::from_secs(1);
 
+/// Test hook (`__fuzz::wake_ups_only`): a subscribed sleep ends only by a wake-up or with
+/// the caller's whole wait, never at its cap, so a missed wake-up shows as a timeout.
+#[cfg(any(test, feature = "_fuzzing"))]
+pub(crate) static WAKE_UPS_ONLY: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// The state of one caller's wait for one lock.
 pub(crate) struct Waiter<'a> {
     notifier: &'a Notifier,
@@ -59,11 +65,16 @@ pub(crate) struct Waiter<'a> {
     woken: bool,
     /// [`Notifier::rejoins`] when this caller's last attempt was sent.
     attempt_rejoins: u64,
-    /// Holders may share the lock (a reader): a release that frees it for many is for this
-    /// caller too, even if another waiter took its wake-up.
+    /// Holders may share the lock (a reader): a probe that got in may have let everyone in.
     shared: bool,
-    /// [`Subscription::wake_alls`] when this caller's last attempt was sent (shared only).
+    /// [`Subscription::wake_count`] when this caller's last attempt was sent (or when it
+    /// queued on arrival). A release that frees the lock for many (the last reader leaving
+    /// while a writer waits, a writer leaving) is for every waiter, even if another took its
+    /// wake-up: readers and writers alike.
     attempt_wake_alls: u64,
+    /// This caller attempted (it did not only queue on arrival): subscriptions count in
+    /// [`attempt_wake_alls`](Self::attempt_wake_alls) too.
+    attempted: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -86,19 +97,19 @@ impl<'a> Waiter<'a> {
             attempt_rejoins: notifier.rejoins(),
             shared,
             attempt_wake_alls: 0,
+            attempted: false,
         }
     }
 
     /// Called as each attempt is sent (see [`Notifier::rejoins`] and
-    /// [`Subscription::wake_alls`]).
+    /// [`Subscription::wake_count`]).
     pub(crate) fn attempting(&mut self) {
         self.attempt_rejoins = self.notifier.rejoins();
-        if self.shared {
-            self.attempt_wake_alls = match &self.subscription {
-                Some(sub) => sub.wake_alls(),
-                None => self.notifier.channels().wake_alls(&self.key),
-            };
-        }
+        self.attempted = true;
+        self.attempt_wake_alls = match &self.subscription {
+            Some(sub) => sub.wake_count(true),
+            None => self.notifier.channels().wake_count(&self.key, true),
+        };
     }
 
     /// Waits from now on for the release of `key`, the name of a set (`Client::lock_many`) that
@@ -132,6 +143,9 @@ impl<'a> Waiter<'a> {
         match self.notifier.channels().arrive(&self.key) {
             Arrival::Attempt(in_flight) => self.in_flight = Some(in_flight),
             Arrival::Queue { holder_until } => {
+                // A release that frees the lock for many from now on is for this caller too
+                // (not a subscription: the first to join re-checks, see `sleep_subscribed`).
+                self.attempt_wake_alls = self.notifier.channels().wake_count(&self.key, false);
                 let cap = holder_until.map_or(UNKNOWN_HOLDER, |t| {
                     t.saturating_duration_since(Instant::now())
                 });
@@ -258,7 +272,9 @@ impl<'a> Waiter<'a> {
         // now: its wake-up reached the waiters asleep then, and left one permit, which
         // another waiter between its attempt and its sleep may have taken. Attempt at once.
         // (A count that differs because the channel's entry was made anew since counts too.)
-        if self.shared && sub.wake_alls() != self.attempt_wake_alls {
+        // Writers too: the last reader's release that lets a waiting writer in is one of
+        // these, and a writer that missed it slept until its next renewal of its intent.
+        if sub.wake_count(self.attempted) != self.attempt_wake_alls {
             self.subscription = Some(sub);
             return true;
         }
@@ -274,6 +290,12 @@ impl<'a> Waiter<'a> {
         // found none): they may go on.
         self.probe = None;
         let now = Instant::now();
+        #[cfg(any(test, feature = "_fuzzing"))]
+        let cap = if WAKE_UPS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+            left
+        } else {
+            cap
+        };
         // `left` is Duration::MAX for a caller that waits without limit.
         let deadline = after(now, cap.min(left));
         let end = after(now, left);
@@ -342,15 +364,15 @@ impl<'a> Waiter<'a> {
         fallback: Duration,
         until_probed: bool,
     ) -> bool {
-        let rejoins = self.attempt_rejoins;
+        let (rejoins, shared) = (self.attempt_rejoins, self.shared);
         let released = async {
             if until_probed {
                 tokio::select! {
-                    woken = sub.released(fallback, rejoins) => woken,
+                    woken = sub.released(fallback, rejoins, shared) => woken,
                     _ = sub.probing().over() => false,
                 }
             } else {
-                sub.released(fallback, rejoins).await
+                sub.released(fallback, rejoins, shared).await
             }
         };
         match slot {

@@ -431,7 +431,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
             "busy write",
             &write,
             &[lock],
-            &["w:2", "1000", "0", "0", "n3", "h", "0"]
+            &["w:2", "1000", "0", "0", "n3", "h", "0", "1"]
         )
         .await),
         0

@@ -34,7 +34,8 @@
 //!
 //! # Writer preference
 //!
-//! A writer that finds the lock busy records an **intent** in the hash. While any other
+//! A writer that waits and finds the lock busy records an **intent** in the hash (a single
+//! [`try_acquire`](crate::LockRequest::try_acquire) records none: it does not come back). While any other
 //! owner's intent is live, no *new* reader gets in; readers already inside may still
 //! re-enter, and a writer may still take the read lock it needs to downgrade. The readers
 //! inside leave, the last one wakes the waiters, and a writer goes next: however fast new
@@ -42,9 +43,8 @@
 //!
 //! An intent lasts the writer's ttl, at most 2 s, and every attempt of the writer renews
 //! it; the busy answer tells the writer to try again within a third of that (the wake-up on
-//! release usually brings it back much sooner). So a writer that crashed, timed out or made a
-//! single failed [`try_acquire`](crate::LockRequest::try_acquire) keeps new readers out for
-//! at most min(ttl, 2 s). The price of the policy is the mirror image: a continuous stream of
+//! release usually brings it back much sooner). So a writer that crashed or timed out keeps
+//! new readers out for at most min(ttl, 2 s). The price of the policy is the mirror image: a continuous stream of
 //! writers can keep readers waiting. Writers among themselves are not ordered.
 //!
 //! # Fencing

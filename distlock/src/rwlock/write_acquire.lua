@@ -1,7 +1,7 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
 -- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
--- ARGV[8], the setnx lock's waits flag, is unused: these modes publish on every release)
+-- ARGV[8] '1' when the caller waits: only then does a busy answer register its intent)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
 -- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared),
 -- ARGV[7] '1' to mint a fencing token (a tenure taken without one mints it at the first
@@ -83,12 +83,18 @@ if not s.writer and s.nreaders == 0 then
   end
   return {1, fence}
 end
--- Busy: (re)register the intent. It must outlive the gap until this writer's next attempt,
--- so the answer tells the writer to come back within a third of it.
+-- Busy. A writer that waits (re)registers its intent, which must outlive the gap until its
+-- next attempt, so the answer tells it to come back within a third of it. A single try
+-- registers none: it does not come back, and its intent would only keep new readers out,
+-- with no release to wake them when it lapses.
 local intent_ms = math.min(ttl, INTENT_MAX_MS)
-s.intents[owner] = now + intent_ms
-s.nintents = s.nintents + 1
-redis.call('hset', KEYS[1], 'intent:' .. owner, int(now + intent_ms))
-settle(s, now)
+if ARGV[8] == '1' then
+  s.intents[owner] = now + intent_ms
+  s.nintents = s.nintents + 1
+  redis.call('hset', KEYS[1], 'intent:' .. owner, int(now + intent_ms))
+  settle(s, now)
+elseif s.dirty then
+  settle(s, now)
+end
 local free_at = s.writer and s.wuntil or readers_until(s)
 return {0, math.max(1, math.min(free_at - now, math.floor(intent_ms / 3)))}

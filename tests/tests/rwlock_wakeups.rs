@@ -1,0 +1,247 @@
+//! The read/write lock's wake-ups: a waiting writer is woken when the last reader leaves, and
+//! waiting readers when the writer leaves. Every test here runs with the test hook
+//! `wake_ups_only` on (process-wide, so this binary holds only such tests): a waiter's sleep
+//! ends by a wake-up or with its whole wait, never at its cap (for a writer, its next renewal
+//! of its intent), so a missed wake-up fails as a timeout instead of costing a pause.
+
+mod common;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{as_other_owner, client};
+use distlock::{Client, Error};
+use distlock_testkit::RedisServer;
+use rand::Rng;
+
+/// A waiter's whole wait: with the hook on, only a missed wake-up reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+/// Leases far longer than any test: no lease ends while a waiter waits for a release.
+const TTL: Duration = Duration::from_secs(120);
+
+fn wake_ups_only() {
+    distlock::__fuzz::wake_ups_only(true);
+}
+
+/// Holds the thread for `d`: a short critical section, or a delay that moves a release
+/// around the waiter's steps (a different moment each round, not a synchronisation).
+fn spin(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Round after round, a reader holds, a writer of the same client comes to wait (busy:
+/// it registers its intent, subscribes, tries again, sleeps), and the reader leaves at a
+/// different moment each round. The last reader's release must wake the writer wherever it
+/// lands among those steps: it used to be missed when it came between the writer's busy
+/// answer and its sleep, and the writer slept until it renewed its intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    for round in 0..400u32 {
+        let reader = locks
+            .read("w-after-r")
+            .ttl(TTL)
+            .try_acquire()
+            .await
+            .expect("free");
+        let writer = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let g = locks
+                    .write("w-after-r")
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .acquire()
+                    .await?;
+                g.release().await.expect("release");
+                Ok::<(), Error>(())
+            })
+        };
+        spin(Duration::from_micros(rand::rng().random_range(0..1500)));
+        reader.release().await.expect("release");
+        match writer.await.expect("writer task") {
+            Ok(()) => {}
+            Err(e) => panic!("round {round}: the writer missed the last reader's release: {e}"),
+        }
+    }
+}
+
+/// The mirror image: a writer holds, readers of the same client come to wait, and the writer
+/// leaves at a different moment each round. Its release lets every reader in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_readers_are_woken_by_the_writers_release() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    for round in 0..300u32 {
+        let writer = locks
+            .write("r-after-w")
+            .ttl(TTL)
+            .try_acquire()
+            .await
+            .expect("free");
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let g = locks
+                        .read("r-after-w")
+                        .ttl(TTL)
+                        .wait(WAIT)
+                        .acquire()
+                        .await?;
+                    g.release().await.expect("release");
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        spin(Duration::from_micros(rand::rng().random_range(0..1500)));
+        writer.release().await.expect("release");
+        for reader in readers {
+            if let Err(e) = reader.await.expect("reader task") {
+                panic!("round {round}: a reader missed the writer's release: {e}");
+            }
+        }
+    }
+}
+
+/// The mix of issue 29 (8 tasks on one name, 9 reads to 1 write, short holds), in two
+/// processes so that waiters of both hear each release: every acquisition is served by
+/// wake-ups alone, and no writer ever shares the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_mix_is_served_by_wake_ups_alone() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let processes = [client(&server).await, client(&server).await];
+    // Readers inside count up; a writer inside sets a large negative value.
+    let inside = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..8usize {
+        let locks: Client = processes[t % 2].clone();
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        tasks.spawn(async move {
+            for n in 0..150usize {
+                if (n + t) % 10 == 0 {
+                    let g = locks.write("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    if inside.swap(-1_000_000, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    spin(Duration::from_micros(200));
+                    inside.store(0, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                } else {
+                    let g = locks.read("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    if inside.fetch_add(1, Ordering::SeqCst) < 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    spin(Duration::from_micros(100));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            }
+            Ok::<(), Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.expect("task") {
+            panic!("an acquisition was not served by a wake-up: {e}");
+        }
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer shared the lock"
+    );
+}
+
+/// A crowd of writers of one client arrives while another client holds the write lock: they
+/// queue behind the first one's attempt and sleep until the release, costing the server a few
+/// commands, not one attempt each. (A waiter that queued on arrival counts the releases that
+/// wake all, not the subscription the first one makes: counting that too sent the whole crowd
+/// to attempt at once.) Then the release serves them all, each writer's release waking one
+/// more (waking all of them made serving n writers cost about n * n / 2 attempts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
+    wake_ups_only();
+    const CROWD: usize = 100;
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let locks = client(&server).await;
+    let held = holder
+        .write("herd")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("free");
+    let commands = || -> u64 {
+        let mut stats = server.commandstats();
+        for reading in ["info", "hello", "client|setinfo"] {
+            stats.remove(reading);
+        }
+        stats.values().sum()
+    };
+    let before = commands();
+    let writers: Vec<_> = (0..CROWD)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let g = locks.write("herd").ttl(TTL).wait(WAIT).acquire().await?;
+                g.release().await.expect("release");
+                Ok::<(), Error>(())
+            })
+        })
+        .collect();
+    // Long enough for every writer to have arrived and gone to sleep (an exposure, not a
+    // synchronisation: a burst would come within it).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = commands() - before;
+    println!("{CROWD} writers: {used} server commands while the lock was held");
+    assert!(
+        used < CROWD as u64 / 4,
+        "{used} server commands for {CROWD} writers that queued"
+    );
+    let before = commands();
+    held.release().await.expect("release");
+    for w in writers {
+        w.await.expect("task").expect("every writer is served");
+    }
+    // Each writer's release wakes one waiting writer here, not all of them.
+    let serving = commands() - before;
+    println!("{CROWD} writers: {serving} server commands to serve them all");
+    assert!(
+        serving < (CROWD * 50) as u64,
+        "{serving} server commands to serve {CROWD} writers"
+    );
+}
+
+/// A writer's single try that finds a reader inside records no intent, so a new reader still
+/// comes straight in: the intent of a writer that does not come back kept new readers out for
+/// up to min(ttl, 2 s), and nothing wakes a waiting reader when an intent lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_single_try_keeps_no_reader_out() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let a = locks
+        .read("try")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("free");
+    let busy = as_other_owner(locks.write("try").ttl(TTL).try_acquire())
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    let b = as_other_owner(locks.read("try").ttl(TTL).try_acquire())
+        .await
+        .expect("a writer that tried once keeps no new reader out");
+    b.release().await.expect("release");
+    a.release().await.expect("release");
+}
