@@ -18,10 +18,10 @@
  * watchdog renews a held set, so no name expires under its holder or between the groups of
  * one attempt (what a late answer or a lost lease does is setnx.pml's, with the same lease
  * code; a set's renewal succeeds only while every name is ours, many/extend.lua, tested in
- * tests/tests/many.rs). A waiter waits until the name it found busy is released (its sleep
+ * tests/tests/suite/many.rs). A waiter waits until the name it found busy is released (its sleep
  * is also capped by the holder's lease, which a holder renews: a waiter behind a holder that
  * never releases waits its whole `wait`, as good as a deadlock). Fencing tokens (one per set,
- * the counters raised: many/acquire.lua, nodes/groups.rs, tested in tests/tests/many.rs), the
+ * the counters raised: many/acquire.lua, nodes/groups.rs, tested in tests/tests/suite/many.rs), the
  * waited-for marks and wake-ups (they decide only when a waiter tries again), the quorum
  * (each node takes the whole set in one script: the one-slot case per node, redlock.pml for
  * the majority).

@@ -2,7 +2,7 @@
 //! (no byte passes, nothing closes) are found silent and opened again; subscribe confirmations
 //! dropped; a Sentinel master killed. Split from wire.rs, which keeps what answers on the port.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

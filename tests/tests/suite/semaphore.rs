@@ -3,7 +3,7 @@
 //! waiter woken per release, lost replies, a Cluster, fencing, inspection, and the quorum and
 //! mode refusals.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

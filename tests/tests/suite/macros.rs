@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 mod body;
 mod busy;
 mod client_lookup;
-#[path = "../common/mod.rs"]
-mod common;
 mod exclusion;
 mod lease_lost;
 mod nesting;
 mod read_write;
+
+use crate::common;
 
 use common::{as_other_owner, assert_safe, client, fence_key, lock_key};
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error};
@@ -82,10 +82,17 @@ impl Drop for DropFlag {
     }
 }
 
+/// Runs the test `test` (a path below this module, such as `exclusion::child_contender`) alone
+/// in a new process of this test binary.
 fn spawn_child(test: &str, envs: &[(&str, String)]) -> std::process::Child {
+    // The harness names tests by their path without the crate's name.
+    let test = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    };
     std::process::Command::new(std::env::current_exe().expect("test binary"))
         .args([
-            test,
+            test.as_str(),
             "--exact",
             "--ignored",
             "--nocapture",

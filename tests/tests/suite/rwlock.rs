@@ -1,15 +1,12 @@
 //! The read/write lock: readers share, writers exclude, each reader's lease is its own,
 //! waiting writers keep new readers out, downgrade works and upgrade is refused.
 
-mod common;
-#[path = "rwlock/foreign.rs"]
 mod foreign;
-#[path = "rwlock/leases.rs"]
 mod leases;
-#[path = "rwlock/reentry.rs"]
 mod reentry;
-#[path = "rwlock/wakeups.rs"]
 mod wakeups;
+
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! told to trust that CA (`ClientBuilder::tls_root_certificate`). Needs a `redis-server` built
 //! with TLS (Debian's is).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

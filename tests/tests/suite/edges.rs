@@ -1,7 +1,7 @@
 //! Safety at the edges (issue 25): what a release reports once the lease is gone, what a
 //! builder prints, and the like. Each test here failed on the code before its fix.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

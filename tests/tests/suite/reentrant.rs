@@ -1,6 +1,6 @@
 //! The reentrant lock: ownership by task, re-entry, fencing.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

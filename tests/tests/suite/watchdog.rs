@@ -1,6 +1,6 @@
 //! The watchdog: renewal while held, never after release, and no lease lost silently.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! Least privilege: every mode, waits and wake-ups included, works for a Redis user that may
 //! touch only the lock keys and channels and run only the command categories the README lists.
 
-mod common;
+use crate::common;
 
 use distlock::Client;
 use distlock_testkit::RedisServer;

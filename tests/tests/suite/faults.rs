@@ -3,7 +3,7 @@
 //! errors on quorum nodes. Each test here failed on the code before the tenure-checked
 //! protocol (see the README's fault model).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;

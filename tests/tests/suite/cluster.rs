@@ -2,7 +2,7 @@
 //! contention across processes over locks spread across the masters, wake-ups through
 //! sharded pub/sub, the watchdog, the attributes, and a slot migration under waiters.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;

@@ -18,9 +18,9 @@
 //! After every step the invariants are checked against the guards and the server's keys.
 //!
 //! Bounded for CI (16 cases of up to 30 steps); for a long run:
-//! `DISTLOCK_MODEL_CASES=500 cargo test -p distlock-testkit --test model`.
+//! `DISTLOCK_MODEL_CASES=500 cargo test -p distlock-testkit --test suite model::`.
 //! `DISTLOCK_MODEL_TRACE=1` prints the steps of every case.
-//! Shrunk failures are saved in `tests/tests/model/main.proptest-regressions` and replayed first.
+//! Shrunk failures are saved in `tests/tests/suite/model.proptest-regressions` and replayed first.
 
 mod acquire;
 mod check;

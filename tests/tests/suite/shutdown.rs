@@ -1,7 +1,7 @@
 //! `Client::shutdown`: a service that stops gives back every lock it holds, ends the waits in
 //! progress, lets the releases already on their way finish, and leaves no task behind.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

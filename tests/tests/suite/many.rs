@@ -6,7 +6,7 @@
 //! only while every name is; the transfer attribute keeps a bank's total across tasks and
 //! processes.
 
-mod common;
+use crate::common;
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};

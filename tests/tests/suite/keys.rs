@@ -9,7 +9,7 @@
 //! `{k}:waited` was lock `k`'s waited-for mark, `{f}:fence` its fencing counter and
 //! `{<process tag>}:process` a process's record.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

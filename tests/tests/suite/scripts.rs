@@ -11,7 +11,7 @@
 //! * A server that refuses `SET .. NX .. GET` (Redis 6) changes how the acquisitions on that
 //!   server are sent, not those of other clients on other servers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

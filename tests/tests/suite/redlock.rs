@@ -1,6 +1,6 @@
 //! Redlock: the quorum algorithm over five independent redis-server processes, under faults.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Local hand-off: a released setnx lock passes straight to a waiting task of the same client,
 //! with no command to Redis, within bounds that keep other processes from being starved.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! that every command of one acquisition travels on one of them, so that they reach the
 //! server in the order they were sent, as on a client with one connection.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};

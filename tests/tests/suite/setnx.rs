@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::{as_other_owner, client, contend_across_processes, fence_key, lock_key, spawn_holder};
 use distlock::Error;

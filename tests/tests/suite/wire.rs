@@ -6,7 +6,7 @@
 //! flight, a caller parked mid-request; and the client's reply decoder against redis-rs's
 //! parser. A network gone silent and dropped subscription confirmations: silence.rs.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! Wake-up on release: waiters are woken by the release, not by polling or the ttl.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,39 @@
+//! The integration tests, one module per concern, in one test binary: each binary of its own
+//! linked the runtime, the kit and every dev-dependency again, and a rebuild after a change to
+//! the runtime cost twice the CPU (docs/verification.md, "One test binary or many").
+//!
+//! A test file needs a process of its own, and stays a binary beside this one, when it
+//! installs something once per process or disturbs a deployment the process shares:
+//! `operations.rs` (a global metrics recorder), `cluster_failover.rs` and `sentinel.rs`
+//! (they kill and pause the servers of their shared deployment), `scale.rs` (its ignored tier
+//! runs alone) and `lost_replies.rs` (its own tier, run with its figures shown). A new file
+//! here is a `mod` line below, with `use crate::common;` in place of `mod common;`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod acl;
+mod bad_input;
+mod cluster;
+mod connections;
+mod edges;
+mod election;
+mod faults;
+mod handoff;
+mod keys;
+mod macros;
+mod many;
+mod model;
+mod redlock;
+mod reentrant;
+mod rwlock;
+mod scripts;
+mod semaphore;
+mod setnx;
+mod shutdown;
+mod silence;
+mod structure;
+mod tls;
+mod wakeup;
+mod watchdog;
+mod wire;
