@@ -295,20 +295,20 @@ pub(super) async fn acquire(
     labels: Arc<Labels>,
 ) -> Result<(Guard, u32), Error> {
     let plan = Plan::new(asked, wait, labels)?;
-    let (shared, key) = (plan.shared, plan.key.clone());
-    let tasks = &shared.nodes.tasks;
+    let tasks = &plan.shared.nodes.tasks;
     if tasks.is_closed() {
-        return Err(shut_down(&key));
+        return Err(shut_down(&plan.key));
     }
     // Counted until the guard is out or the attempt given back: `Client::shutdown` waits for
     // what an acquisition it interrupted leaves behind.
     let _in_flight = tasks.count();
-    match attempts(plan).await {
+    // By reference: the plan is kept once in this future, not also in the attempts'.
+    match attempts(&plan).await {
         // Taken as the client closed, after `shutdown` took back the holds it knew: give it
         // back too.
         Ok((guard, _)) if tasks.is_closed() => {
             drop(guard);
-            Err(shut_down(&key))
+            Err(shut_down(&plan.key))
         }
         outcome => outcome,
     }
@@ -330,7 +330,7 @@ async fn unless_closed<F: Future>(shared: &Shared, wait: F) -> Result<F::Output,
     }
 }
 
-async fn attempts(plan: Plan<'_>) -> Result<(Guard, u32), Error> {
+async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     let started = Instant::now();
     let deadline = started.checked_add(plan.wait);
     let waits = !plan.wait.is_zero();
