@@ -17,28 +17,30 @@
 
 use std::time::Duration;
 
-use crate::algorithm::{evalsha, invoke, Algorithm, Ask, Attempt, HoldId};
-use crate::config::Replicas;
+use crate::algorithm::{evalsha, invoke, Algorithm, Attempt, HoldId};
 use crate::conn::Conn;
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
 
-use super::{Nodes, RAISE_FENCE};
+use super::{AcquireAttempt, Nodes, RAISE_FENCE};
 
 impl Nodes {
     /// One acquire attempt of a set whose names span `groups` (its slot groups, in order) on
     /// a Redis Cluster: each group in turn, given back if a later one is busy or fails.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn acquire_in_groups(
         &self,
         mut conn: Conn,
-        algorithm: &'static Algorithm,
+        attempt: AcquireAttempt<'_>,
         groups: &[LockKey],
-        id: &HoldId,
-        ttl_ms: u64,
-        ask: Ask,
-        replicas: Option<Replicas>,
     ) -> Result<Attempt, Error> {
+        let AcquireAttempt {
+            algorithm,
+            id,
+            ttl_ms,
+            ask,
+            replicas,
+            ..
+        } = attempt;
         let server = &self.nodes[0].quirks;
         let mut fences = Vec::with_capacity(groups.len());
         let mut offset = 0;

@@ -83,6 +83,7 @@ pub(crate) trait Listeners: Send + Sync {
 }
 
 /// One acquire attempt, as the nodes send it.
+#[derive(Clone, Copy)]
 pub(crate) struct AcquireAttempt<'a> {
     pub(crate) algorithm: &'static Algorithm,
     pub(crate) key: &'a LockKey,
@@ -189,9 +190,7 @@ impl Nodes {
             self.nodes[0].eviction.check(&mut conn).await?;
             // A set of names spanning slots, on a Redis Cluster: a slot at a time.
             if let Some(groups) = key.slot_groups().filter(|_| conn.sharded()) {
-                let attempt =
-                    self.acquire_in_groups(conn, algorithm, groups, id, ttl_ms, ask, replicas);
-                return Box::pin(attempt).await;
+                return Box::pin(self.acquire_in_groups(conn, attempt, groups)).await;
             }
             let server = &self.nodes[0].quirks;
             if let Some(replicas) = replicas {
