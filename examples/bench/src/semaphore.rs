@@ -242,7 +242,7 @@ impl Release for distributed_lock_redis::RedisSemaphoreHandle {
     }
 }
 
-/// KEYS[1] the semaphore's sorted set; ARGV[1] permits, ARGV[2] ttl in ms, ARGV[3] token.
+/// `KEYS[1]` the semaphore's sorted set; `ARGV[1]` permits, `ARGV[2]` ttl in ms, `ARGV[3]` token.
 /// Scores are whole milliseconds of the server's clock, written as integers.
 const LIMIT_ACQUIRE: &str = r"
 local t = redis.call('time')
