@@ -17,7 +17,6 @@ mod bad_input;
 mod cluster;
 mod connections;
 mod edges;
-mod election;
 mod faults;
 mod handoff;
 mod keys;

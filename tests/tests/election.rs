@@ -5,7 +5,7 @@
 //! resignation by its wake-up and a dead leader by its lease; a leader learns of its loss
 //! before its server's lease ends; lost replies leave no leadership behind.
 
-use crate::common;
+mod common;
 
 use std::collections::VecDeque;
 use std::process::Stdio;
