@@ -8,7 +8,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
-use super::{evalsha, invoke, is_wrong_type, script_error, with_body, Algorithm, HoldId};
+use super::{
+    evalsha, invoke, is_noscript, is_wrong_type, script_error, with_body, Algorithm, HoldId,
+};
 use crate::config::Replicas;
 use crate::conn::Conn;
 use crate::error::{Error, Op};
@@ -324,7 +326,7 @@ impl Algorithm {
             let mut values = values.into_iter();
             let (reply, confirmed) = (values.next(), values.next());
             let reply = match reply {
-                Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                Some(ref noscript) if is_noscript(noscript) => {
                     // A promoted replica or a restarted server without the script.
                     first = with_body(&self.acquire, cmd);
                     continue;
