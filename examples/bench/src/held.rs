@@ -20,7 +20,7 @@ pub const S6B_LOCKS: usize = 100_000;
 pub const S6Q_LOCKS: usize = 20_000;
 pub const S6Q_NODES: usize = 3;
 /// Tasks that take (and release) the locks.
-const TASKS: usize = 50;
+pub const TASKS: usize = 50;
 
 /// A fresh client on `servers` (one: that node; more: a quorum of them).
 pub async fn client(servers: &[&RedisServer]) -> Result<distlock::Client, String> {
@@ -47,31 +47,8 @@ pub async fn hold_many(
     window: Duration,
 ) -> Result<Metrics, String> {
     let started = Instant::now();
+    let guards = take_locks(client, key, locks).await?;
     let per_task = locks.div_ceil(TASKS);
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
-            let (client, key) = (client.clone(), key.to_owned());
-            let names = (t * per_task)..((t + 1) * per_task).min(locks);
-            tokio::spawn(async move {
-                let mut guards = Vec::with_capacity(names.len());
-                for i in names {
-                    let guard = client
-                        .lock(format!("{key}:{i}"))
-                        .ttl(S6_TTL)
-                        .wait(WAIT)
-                        .acquire()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    guards.push(guard);
-                }
-                Ok::<_, String>(guards)
-            })
-        })
-        .collect();
-    let mut guards = Vec::with_capacity(locks);
-    for task in tasks {
-        guards.extend(task.await.map_err(|e| e.to_string())??);
-    }
     let acquire_s = started.elapsed().as_secs_f64();
 
     let server_cpu = || servers.iter().map(|s| cpu_time(s.pid())).sum::<Duration>();
@@ -146,6 +123,40 @@ fn calls(stats: &BTreeMap<String, u64>, name: &str) -> u64 {
 }
 
 /// The rows of S6b and S6q (S6's are in `report`), the same figures.
+/// Takes `locks` distinct locks (`<key>:<i>`, ttl `S6_TTL`, watchdog on) from `TASKS` tasks.
+pub async fn take_locks(
+    client: &distlock::Client,
+    key: &str,
+    locks: usize,
+) -> Result<Vec<distlock::Guard>, String> {
+    let per_task = locks.div_ceil(TASKS);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (client, key) = (client.clone(), key.to_owned());
+            let names = (t * per_task)..((t + 1) * per_task).min(locks);
+            tokio::spawn(async move {
+                let mut guards = Vec::with_capacity(names.len());
+                for i in names {
+                    let guard = client
+                        .lock(format!("{key}:{i}"))
+                        .ttl(S6_TTL)
+                        .wait(WAIT)
+                        .acquire()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    guards.push(guard);
+                }
+                Ok::<_, String>(guards)
+            })
+        })
+        .collect();
+    let mut guards = Vec::with_capacity(locks);
+    for task in tasks {
+        guards.extend(task.await.map_err(|e| e.to_string())??);
+    }
+    Ok(guards)
+}
+
 pub const ROWS: &[RowSpec] = &[
     row(
         "S6b",

@@ -21,8 +21,9 @@ use distlock_testkit::RedisServer;
 
 use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::Kind;
+use crate::held::TASKS;
 use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
-use crate::scenarios::{Metrics, S6_TTL, WAIT};
+use crate::scenarios::{Metrics, S6_TTL};
 
 /// The hidden first argument that turns the binary into S11's child.
 pub const CHILD_FLAG: &str = "--memory-child";
@@ -47,8 +48,6 @@ const COUNTS: [(usize, [&str; 3]); 2] = [
         ],
     ),
 ];
-/// Tasks that take the locks.
-const TASKS: usize = 50;
 
 /// The system allocator, counting live bytes once [`COUNTING`] is on (only in S11's child:
 /// elsewhere it costs one relaxed load per call).
@@ -147,31 +146,7 @@ async fn take_and_report(args: &[String]) -> Result<(), String> {
     read_stdin_line().await?;
     let (heap_before, rss_before) = (LIVE.load(Ordering::SeqCst), rss_bytes()?);
 
-    let per_task = locks.div_ceil(TASKS);
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
-            let (client, key) = (client.clone(), key.to_owned());
-            let names = (t * per_task)..((t + 1) * per_task).min(locks);
-            tokio::spawn(async move {
-                let mut guards = Vec::with_capacity(names.len());
-                for i in names {
-                    let guard = client
-                        .lock(format!("{key}:{i}"))
-                        .ttl(S6_TTL)
-                        .wait(WAIT)
-                        .acquire()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    guards.push(guard);
-                }
-                Ok::<_, String>(guards)
-            })
-        })
-        .collect();
-    let mut guards = Vec::with_capacity(locks);
-    for task in tasks {
-        guards.extend(task.await.map_err(|e| e.to_string())??);
-    }
+    let guards = crate::held::take_locks(&client, key, locks).await?;
     // A renewal period and a half: every lease renewed once, the watchdog at rest.
     tokio::time::sleep(S6_TTL / 2).await;
     let report = ChildReport {
