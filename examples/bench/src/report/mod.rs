@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::columns::Kind;
 use crate::scenarios::{Metrics, Plan, Scenario, S3B_HOLD};
 pub use table::{row, Fmt, RowSpec};
-pub use targets::{absolute, versus_limit, Better, Source, TargetSpec};
+pub use targets::{absolute, versus, versus_limit, Better, Source, TargetSpec};
 use targets::{Target, TARGETS};
 
 /// The figures of one scenario for one column, round by round.
@@ -43,7 +43,7 @@ impl Cell {
                 .collect();
             // A correctness figure: the worst round counts, never hidden by a median.
             let value = match name {
-                "max_occupancy" | "release_not_owner" => {
+                "max_occupancy" | "release_not_owner" | "overlaps" | "not_served" => {
                     values.into_iter().fold(f64::NAN, f64::max)
                 }
                 "held_at_end" | "served" | "p_served" => {
@@ -177,6 +177,7 @@ impl Results {
             .chain(crate::held::TARGETS)
             .chain(crate::herd::TARGETS)
             .chain(crate::memory::TARGETS)
+            .chain(crate::rwmix::TARGETS)
             .map(|t| t.judge(self))
             .collect();
     }
