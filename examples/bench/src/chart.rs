@@ -100,6 +100,7 @@ const PANELS: [[Panel; 4]; 2] = [
 fn short(name: &str) -> &str {
     match name {
         "distributed-lock-redis" => "dl-redis",
+        "distlock fenced" => "fenced",
         name => name,
     }
 }
@@ -114,7 +115,7 @@ fn draw_panels(results: &Results, path: &Path) -> Result<(), Box<dyn std::error:
     let (title, body) = root.split_vertically(36);
     title.titled(
         &format!(
-            "distlock benchmark, medians of {} rounds ({} cores; dl-redis: distributed-lock-redis)",
+            "distlock benchmark, medians of {} rounds ({} cores; fenced: distlock fenced, dl-redis: distributed-lock-redis)",
             results.meta.plan.rounds, results.meta.cores
         ),
         ("sans-serif", 20),
@@ -135,8 +136,7 @@ fn draw_panels(results: &Results, path: &Path) -> Result<(), Box<dyn std::error:
                 ("× limit", 2)
             }
         };
-        let floor = if decimals == 0 { 1.0 } else { 0.01 };
-        let top = series.iter().filter_map(|(_, v)| *v).fold(floor, f64::max) * 1.15;
+        let top = series.iter().filter_map(|(_, v)| *v).fold(1.0, f64::max) * 1.15;
         let mut chart = ChartBuilder::on(area)
             .caption(panel.caption, ("sans-serif", 15))
             .margin(12)

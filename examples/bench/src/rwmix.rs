@@ -350,7 +350,10 @@ pub fn note(kind: Kind) -> Option<&'static str> {
         Kind::DlRedis => Some(
             "S12 distributed-lock-redis: `provider.create_reader_writer_lock(name)` (provider as in S7: \
              expiry 10 s, min_validity 9 s, extension cadence 10 s / 3), `acquire_read(Some(10 s))` / \
-             `acquire_write(Some(10 s))`, its own waiting, `handle.release()`.",
+             `acquire_write(Some(10 s))`, its own waiting, `handle.release()`. Its `acquire_read` makes one \
+             attempt and returns `Timeout` at once when a writer holds or waits (it does not wait for the \
+             10 s; its `acquire_write` does wait): such a call counts as not served and the task makes its \
+             next call at once, as a caller of its API would retry.",
         ),
         _ => None,
     }
@@ -398,7 +401,7 @@ pub const ROWS: &[RowSpec] = &[
     ),
     row(
         "S12",
-        "calls not served within 10 s",
+        "calls not served (refused, error or 10 s wait over)",
         "not_served",
         Fmt::Count,
     ),
@@ -426,5 +429,5 @@ pub const TARGETS: &[TargetSpec] = &[
 ];
 
 pub const DEFINITIONS: &[&str] = &[
-    "S12: one name per column, round and turn on the single node; 8 tasks each loop: every 10th call of a task (task t starts its count at t, so the writes are spread) takes the write lock and holds it 200 µs, the others take the read lock and hold it 100 µs (a spin, like S3's hold), all with ttl 10 s and wait 10 s, each library waiting its own way; the columns take turns of 500 ms (3 s per column and round; 1 s with --quick), in an order drawn afresh for every pass. reads/s and writes/s: calls served over the time the column's turns took (each until its last task finished); waits: from the call to its return, p99 and the longest over all the column's calls in the round (the table shows their medians over rounds); server commands / call: `INFO commandstats` calls delta around each turn (without INFO and CLIENT SETINFO; Lua calls counted) over acquisitions + releases; overlaps: a writer entering while anyone else is inside, or a reader entering beside a writer, on one in-process counter, the most in any round (must be 0); not served: acquisitions that failed (wait over, or an error), the most in any round.",
+    "S12: one name per column, round and turn on the single node; 8 tasks each loop: every 10th call of a task (task t starts its count at t, so the writes are spread) takes the write lock and holds it 200 µs, the others take the read lock and hold it 100 µs (a spin, like S3's hold), all with ttl 10 s and wait 10 s, each library waiting its own way; the columns take turns of 500 ms (3 s per column and round; 1 s with --quick), in an order drawn afresh for every pass. reads/s and writes/s: calls served over the time the column's turns took (each until its last task finished); waits: from the call to its return, p99 and the longest over all the column's calls in the round (the table shows their medians over rounds); server commands / call: `INFO commandstats` calls delta around each turn (without INFO and CLIENT SETINFO; Lua calls counted) over acquisitions + releases; overlaps: a writer entering while anyone else is inside, or a reader entering beside a writer, on one in-process counter, the most in any round (must be 0); not served: acquisitions that returned without the lock (refused, an error, or the wait over), the most in any round; the task goes on with its next call at once (see the columns' notes).",
 ];
