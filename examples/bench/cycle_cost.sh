@@ -6,8 +6,8 @@
 #
 #   bash examples/bench/cycle_cost.sh [TASKS]   # 32: S2's shape (default); 0: S1's (one loop)
 #
-# Both sides by difference: the same run with C1 and with C2 cycles per task (env, default 50
-# and 250), the instruction totals subtracted and divided by the extra cycles, so start-up,
+# Both sides by difference: the same run with C1 and with C2 cycles per loop (env; default 50
+# and 250 per task in S2's shape, 200 and 2000 in S1's), the instruction totals subtracted and divided by the extra cycles, so start-up,
 # connecting and the server's idle ticks drop out. Client: examples/client_work under
 # callgrind (all its threads: the runtime, the I/O driver, the tasks) against a plain
 # redis-server. Server: a redis-server under callgrind, examples/client_work run natively
@@ -16,8 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TASKS=${1:-32}
-C1=${C1:-50}
-C2=${C2:-250}
+C1=${C1:-$((TASKS == 0 ? 200 : 50))}
+C2=${C2:-$((TASKS == 0 ? 2000 : 250))}
 TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --quiet --release -p distlock-bench --example client_work
 BIN="$TARGET/release/examples/client_work"
