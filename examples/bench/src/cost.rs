@@ -301,3 +301,39 @@ pub const S2_ROWS: &[RowSpec] = &cost_rows!("S2");
 pub const DEFINITIONS: &[&str] = &[
     "S1/S2 cost rows (where a cycle's time goes): read around every turn of a column (S1: 50 cycles, S2: 250 ms) and summed over the column's turns in a round, divided by its cycles in that round; medians over rounds. Client CPU: getrusage(RUSAGE_SELF) user+sys of the bench process (all its threads: the runtime's I/O driver and the column's connections included; nothing else runs during a turn). redis-server CPU: `INFO cpu` used_cpu_sys + used_cpu_user (the server's own getrusage, to the µs). Heap allocations: calls to alloc, alloc_zeroed and realloc in the bench process, counted by the bench binary's global allocator (S11's, counting calls in per-thread slots). Server commands: `INFO commandstats` calls, without INFO and CLIENT SETINFO; every `redis.call` inside a script counts, so a Lua compare-and-delete counts 3. Read events: `INFO stats` total_reads_processed, the server's reads from client sockets: one per request that arrives alone, so an uncontended S1 cycle of two sequential requests shows 2.0 (two round trips); in S2 the 32 tasks share connections, and requests written together (pipelined by a multiplexed connection) arrive in one read, so S2's figure is round trips as the server sees them, below the 2 a task waits for. Bytes: `INFO stats` total_net_input_bytes (requests as sent, RESP). The readings' own cost (one INFO each, the parse, one getrusage) is measured back to back 9 times when the meter connects, and the median is taken off every turn.",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readings_own_cost_comes_off_and_no_figure_goes_below_zero() {
+        let turn = Costs {
+            client_cpu_us: 500.0,
+            server_cpu_us: 300.0,
+            allocations: 1_000.0,
+            commands: 400.0,
+            reads: 201.0,
+            input_bytes: 30_000.0,
+        };
+        let overhead = Costs {
+            client_cpu_us: 20.0,
+            server_cpu_us: 400.0,
+            allocations: 10.0,
+            commands: 0.0,
+            reads: 1.0,
+            input_bytes: 100.0,
+        };
+        let mut metrics = Metrics::new();
+        let mut sum = Costs::default();
+        sum.add(turn.less(overhead));
+        sum.add(turn.less(overhead));
+        sum.per_cycle(200, &mut metrics);
+        assert_eq!(metrics["client_cpu_us_per_cycle"], 4.8);
+        assert_eq!(metrics["server_cpu_us_per_cycle"], 0.0);
+        assert_eq!(metrics["allocs_per_cycle"], 9.9);
+        assert_eq!(metrics["cmds_per_cycle"], 4.0);
+        assert_eq!(metrics["reads_per_cycle"], 2.0);
+        assert_eq!(metrics["in_bytes_per_cycle"], 299.0);
+    }
+}

@@ -260,4 +260,18 @@ mod tests {
         assert_eq!(cell.median["max_occupancy"], 6.0);
         assert_eq!(cell.median["acq_per_s"], 4.0);
     }
+
+    #[test]
+    fn one_round_with_overlaps_is_not_hidden_by_the_median() {
+        let mut cell = Cell::default();
+        for overlaps in [0.0, 0.0, 3.0, 0.0, 0.0] {
+            cell.rounds.push(Metrics::from([
+                ("overlaps", overlaps),
+                ("not_served", overlaps),
+            ]));
+        }
+        cell.finish();
+        assert_eq!(cell.median["overlaps"], 3.0);
+        assert_eq!(cell.median["not_served"], 3.0);
+    }
 }
