@@ -19,6 +19,11 @@
 //! acquire and release futures. Tasks `0` is S1's shape instead: one loop of sequential cycles on
 //! the main thread, printing p50/p99, CPU time and allocations per cycle (the binary counts
 //! them with a counting global allocator) and the server's per-command figures.
+//!
+//! Options, before the arguments: `--cycles N` makes every task run exactly N cycles instead
+//! of running for the seconds (so a run under callgrind does a known amount of work; see
+//! `cycle_cost.sh`), and `--url URL` uses that server instead of starting one (e.g. a
+//! `redis-server` under callgrind).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,22 +55,54 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// How long each loop runs: until an instant, or for a number of cycles.
+#[derive(Clone, Copy)]
+enum Budget {
+    Until(Instant),
+    Cycles(u64),
+}
+
+impl Budget {
+    /// Whether a loop that has done `done` cycles starts another.
+    fn more(self, done: u64) -> bool {
+        match self {
+            Budget::Until(stop) => Instant::now() < stop,
+            Budget::Cycles(n) => done < n,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let mut args = std::env::args().skip(1);
+    let (mut cycles_each, mut external) = (None, None);
+    let mut positional = Vec::new();
+    let mut raw = std::env::args().skip(1);
+    while let Some(arg) = raw.next() {
+        match arg.as_str() {
+            "--cycles" => cycles_each = raw.next().and_then(|n| n.parse::<u64>().ok()),
+            "--url" => external = raw.next(),
+            _ => positional.push(arg),
+        }
+    }
+    let mut args = positional.into_iter();
     let which = args.next().unwrap_or_else(|| "distlock".into());
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let tasks: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
     let connections: Option<usize> = args.next().and_then(|s| s.parse().ok());
-    let server = distlock_testkit::RedisServer::start();
-    let url = server.url();
+    let server = external
+        .is_none()
+        .then(distlock_testkit::RedisServer::start);
+    let url = external.unwrap_or_else(|| server.as_ref().expect("started").url());
+    let budget = match cycles_each {
+        Some(n) => Budget::Cycles(n),
+        None => Budget::Until(Instant::now() + Duration::from_secs(secs)),
+    };
     if tasks == 0 {
-        s1(&which, &url, secs, connections).await;
+        s1(&which, &url, budget, connections).await;
         print_commandstats(&url);
         return;
     }
     let cycles = Arc::new(AtomicU64::new(0));
-    let stop = Instant::now() + Duration::from_secs(secs);
     let mut handles = Vec::new();
     match which.as_str() {
         "distlock" => {
@@ -80,9 +117,11 @@ async fn main() {
                 let (client, cycles) = (client.clone(), cycles.clone());
                 handles.push(tokio::spawn(async move {
                     let key = format!("k{i}");
-                    while Instant::now() < stop {
+                    let mut done = 0;
+                    while budget.more(done) {
                         distlock_cycle(&client, &key).await;
                         cycles.fetch_add(1, Ordering::Relaxed);
+                        done += 1;
                     }
                 }));
             }
@@ -98,32 +137,40 @@ async fn main() {
                 let (cycles, limit) = (cycles.clone(), limit.clone());
                 handles.push(tokio::spawn(async move {
                     let key = format!("k{i}");
-                    while Instant::now() < stop {
+                    let mut done = 0;
+                    while budget.more(done) {
                         limit.cycle(&mut conn, &key).await;
                         cycles.fetch_add(1, Ordering::Relaxed);
+                        done += 1;
                     }
                 }));
             }
         }
         other => {
             eprintln!(
-                "usage: client_work distlock|limit [seconds] [tasks] [connections] (not {other:?})"
+                "usage: client_work [--cycles N] [--url URL] distlock|limit [seconds] [tasks] [connections] (not {other:?})"
             );
             std::process::exit(2);
         }
     }
-    let server_before = cpu_time(server.pid());
+    // An external server's process is not ours to read.
+    let server_cpu = || {
+        server
+            .as_ref()
+            .map_or(Duration::ZERO, |s| cpu_time(s.pid()))
+    };
+    let server_before = server_cpu();
     let (started, cpu_before) = (Instant::now(), own_cpu_time());
     for handle in handles {
         handle.await.expect("task");
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let n = cycles.load(Ordering::Relaxed) as f64;
+    let n = cycles.load(Ordering::Relaxed);
     println!(
-        "{which}: {:.0} cycles/s, process CPU {:.2} µs/cycle, redis-server CPU {:.2} µs/cycle",
-        n / elapsed,
-        (own_cpu_time() - cpu_before).as_secs_f64() * 1e6 / n,
-        (cpu_time(server.pid()) - server_before).as_secs_f64() * 1e6 / n
+        "{which}: {n} cycles, {:.0} cycles/s, process CPU {:.2} µs/cycle, redis-server CPU {:.2} µs/cycle",
+        n as f64 / elapsed,
+        (own_cpu_time() - cpu_before).as_secs_f64() * 1e6 / n.max(1) as f64,
+        (server_cpu() - server_before).as_secs_f64() * 1e6 / n.max(1) as f64
     );
     print_commandstats(&url);
 }
@@ -203,15 +250,14 @@ impl Limit {
 
 /// `tasks` = 0: S1's shape, one loop of sequential cycles on the main thread (the bench runs
 /// S1 in `block_on`), printing p50/p99 per cycle and the CPU time per cycle.
-async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
+async fn s1(which: &str, url: &str, budget: Budget, connections: Option<usize>) {
     let mut samples = Vec::new();
-    let stop = Instant::now() + Duration::from_secs(secs);
     let cpu_before = own_cpu_time();
     let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
     match which {
         "distlock" => {
             let client = distlock_client(url, connections).await;
-            while Instant::now() < stop {
+            while budget.more(samples.len() as u64) {
                 let t = Instant::now();
                 distlock_cycle(&client, "s1").await;
                 samples.push(t.elapsed());
@@ -220,7 +266,7 @@ async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
         _ => {
             let mut conn = limit_connection(url).await;
             let limit = Limit::new();
-            while Instant::now() < stop {
+            while budget.more(samples.len() as u64) {
                 let t = Instant::now();
                 limit.cycle(&mut conn, "s1").await;
                 samples.push(t.elapsed());
@@ -228,6 +274,10 @@ async fn s1(which: &str, url: &str, secs: u64, connections: Option<usize>) {
         }
     }
     let n = samples.len();
+    if n == 0 {
+        println!("{which} S1: 0 cycles");
+        return;
+    }
     let cpu = (own_cpu_time() - cpu_before).as_secs_f64() * 1e6 / n as f64;
     let allocations = (ALLOCATIONS.load(Ordering::Relaxed) - allocations_before) as f64 / n as f64;
     samples.sort_unstable();

@@ -11,11 +11,13 @@
 mod chart;
 mod child;
 mod columns;
+mod cost;
 mod failover;
 mod held;
 mod herd;
 mod memory;
 mod report;
+mod rwmix;
 mod s3x;
 mod scenarios;
 mod semaphore;
@@ -37,7 +39,7 @@ const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
               failover) runs once after the rounds (about 2 minutes, 1 with --quick); S10 (herd)
-              takes about 15 s a round, S6b, S6q and S11 about 10 s each";
+              takes about 15 s a round, S6b, S6q and S11 about 10 s each, S12 about 6 s";
 
 /// The Redis Cluster of S1c/S2c: 3 masters without replicas (nothing fails over in a
 /// benchmark, so replicas would only add replication traffic to the masters).
@@ -262,6 +264,11 @@ async fn run_all(
     } else {
         Vec::new()
     };
+    let rwlocks = if scenarios.contains(&Scenario::S12) {
+        rwmix::connect_all(&node.url()).await
+    } else {
+        Vec::new()
+    };
 
     // Warm-up, not measured: connections opened, scripts loaded, code paths paged in.
     for (columns, cycles) in [
@@ -307,6 +314,10 @@ async fn run_all(
             }
             if scenario == Scenario::S7 {
                 semaphore_round(plan, &semaphores, round, results).await;
+                continue;
+            }
+            if scenario == Scenario::S12 {
+                rwmix::round(&rwlocks, node, plan.s12_duration, round, results).await;
                 continue;
             }
             if matches!(

@@ -14,8 +14,9 @@
 //! included), so it moves in steps.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 
 use distlock_testkit::RedisServer;
 
@@ -50,8 +51,41 @@ const COUNTS: [(usize, [&str; 3]); 2] = [
 ];
 
 /// The system allocator, counting live bytes once [`COUNTING`] is on (only in S11's child:
-/// elsewhere it costs one relaxed load per call).
+/// elsewhere it costs one relaxed load per call), and always the calls that allocate
+/// ([`allocations`], for S1's and S2's cost rows).
 pub struct Counting;
+
+/// Allocation calls, one counter per thread slot: a single counter's cache line would bounce
+/// between the runtime's threads on every allocation, and S2's figures would carry that.
+static CALLS: [Slot; SLOTS] = [const { Slot(AtomicU64::new(0)) }; SLOTS];
+const SLOTS: usize = 16;
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+thread_local! {
+    // Const-initialised and without a destructor: usable inside the allocator, which must
+    // not allocate.
+    static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn count_call() {
+    let slot = MY_SLOT
+        .try_with(|slot| {
+            if slot.get() == usize::MAX {
+                slot.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS);
+            }
+            slot.get()
+        })
+        .unwrap_or(0);
+    CALLS[slot].0.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Calls that allocated (`alloc`, `alloc_zeroed`, `realloc`) in this process so far.
+pub fn allocations() -> u64 {
+    CALLS.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+}
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -62,6 +96,7 @@ static ALLOCATOR: Counting = Counting;
 // SAFETY: every call is forwarded to `System` unchanged; the counters only observe.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_call();
         let ptr = System.alloc(layout);
         if !ptr.is_null() && COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
@@ -70,6 +105,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_call();
         let ptr = System.alloc_zeroed(layout);
         if !ptr.is_null() && COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
@@ -85,6 +121,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_call();
         let new = System.realloc(ptr, layout, new_size);
         if !new.is_null() && COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_add(

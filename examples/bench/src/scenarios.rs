@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::RedisServer;
 
 use crate::columns::Column;
+use crate::cost::Ledger;
 
 /// Figures of one run by name, e.g. `p50_us`.
 pub type Metrics = BTreeMap<&'static str, f64>;
@@ -53,10 +54,12 @@ pub enum Scenario {
     S10,
     /// Memory per held lock, client and server (`memory`).
     S11,
+    /// The read/write lock under a 9:1 read/write mix (`rwmix`).
+    S12,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S1c,
@@ -73,6 +76,7 @@ impl Scenario {
         Scenario::S6q,
         Scenario::S10,
         Scenario::S11,
+        Scenario::S12,
     ];
 
     pub fn id(self) -> &'static str {
@@ -93,6 +97,7 @@ impl Scenario {
             Scenario::S6q => "S6q",
             Scenario::S10 => "S10",
             Scenario::S11 => "S11",
+            Scenario::S12 => "S12",
         }
     }
 
@@ -116,6 +121,9 @@ impl Scenario {
             Scenario::S6q => "S6q 20,000 held locks on a 3-node quorum under the watchdog (ttl 3 s)",
             Scenario::S10 => "S10 herd: 10,000 waiters on one lock held by another process",
             Scenario::S11 => "S11 memory per held lock, client and server, at 10,000 and 100,000 held",
+            Scenario::S12 => {
+                "S12 read/write lock: 8 tasks, one name, 9 reads (hold 100 µs) to 1 write (hold 200 µs)"
+            }
         }
     }
 
@@ -150,6 +158,8 @@ pub struct Plan {
     pub s6_window: Duration,
     /// S7's length per column, in S2's 250 ms turns.
     pub s7_duration: Duration,
+    /// S12's length per column, in turns of `rwmix::TURN`.
+    pub s12_duration: Duration,
     /// S8: kills per ttl of `failover::TTLS` (1 s, 5 s, 30 s), in one pass after the rounds.
     pub s8_samples: [usize; 3],
     pub warmup_cycles: usize,
@@ -170,6 +180,7 @@ impl Plan {
                 accounting_duration: Duration::from_millis(500),
                 s6_window: Duration::from_secs(3),
                 s7_duration: Duration::from_millis(500),
+                s12_duration: Duration::from_secs(1),
                 s8_samples: [3, 2, 1],
                 warmup_cycles: 50,
             }
@@ -186,6 +197,7 @@ impl Plan {
                 accounting_duration: Duration::from_secs(1),
                 s6_window: Duration::from_secs(6),
                 s7_duration: Duration::from_secs(2),
+                s12_duration: Duration::from_secs(3),
                 s8_samples: [7, 5, 3],
                 warmup_cycles: 200,
             }
@@ -214,10 +226,12 @@ pub async fn run_round(
     server: &RedisServer,
 ) -> Vec<Result<Metrics, String>> {
     match scenario {
-        Scenario::S1 | Scenario::S1c => latency(entries, plan.s1_cycles).await,
-        Scenario::S4 => latency(entries, plan.s4_cycles).await,
-        Scenario::S2 => throughput(entries, plan.s2_duration).await,
-        Scenario::S2c => throughput(entries, plan.s2c_duration).await,
+        // The cost rows only where every column's server is the single node.
+        Scenario::S1 => latency(entries, plan.s1_cycles, Some(server.url())).await,
+        Scenario::S1c => latency(entries, plan.s1_cycles, None).await,
+        Scenario::S4 => latency(entries, plan.s4_cycles, None).await,
+        Scenario::S2 => throughput(entries, plan.s2_duration, Some(server.url())).await,
+        Scenario::S2c => throughput(entries, plan.s2c_duration, None).await,
         // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
         // of its own; `main` runs them on their own (`annotated`, `held_locks`,
         // `two_processes`).
@@ -229,9 +243,10 @@ pub async fn run_round(
         | Scenario::S6b
         | Scenario::S6q
         | Scenario::S10
-        | Scenario::S11 => entries
+        | Scenario::S11
+        | Scenario::S12 => entries
             .iter()
-            .map(|_| Err("S3x and S5 to S11 run on their own".to_owned()))
+            .map(|_| Err("S3x and S5 to S12 run on their own".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -293,19 +308,29 @@ impl TurnOrder {
 }
 
 /// Sequential acquire+release cycles, the columns taking turns of `SLICE_CYCLES`: p50/p99
-/// per cycle.
-async fn latency(entries: &[Entry<'_>], cycles: usize) -> Vec<Result<Metrics, String>> {
+/// per cycle, and with `metered` (the server's URL) the cost rows (`cost`).
+async fn latency(
+    entries: &[Entry<'_>],
+    cycles: usize,
+    metered: Option<String>,
+) -> Vec<Result<Metrics, String>> {
     let mut samples: Vec<Result<Vec<Duration>, String>> = entries
         .iter()
         .map(|_| Ok(Vec::with_capacity(cycles)))
         .collect();
+    let mut ledger = Ledger::new(metered, entries.len()).await;
     let mut order = TurnOrder::new(entries.len());
     for start in (0..cycles).step_by(SLICE_CYCLES) {
         let turn = SLICE_CYCLES.min(cycles - start);
         for i in order.next_pass() {
             let (entry, samples) = (&entries[i], &mut samples[i]);
             let failed = match samples {
-                Ok(done) => sequential(entry, turn, done).await.err(),
+                Ok(done) => {
+                    ledger.start().await;
+                    let run = sequential(entry, turn, done).await;
+                    ledger.stop(i).await;
+                    run.err()
+                }
                 Err(_) => None,
             };
             if let Some(e) = failed {
@@ -315,13 +340,16 @@ async fn latency(entries: &[Entry<'_>], cycles: usize) -> Vec<Result<Metrics, St
     }
     samples
         .into_iter()
-        .map(|samples| {
+        .enumerate()
+        .map(|(i, samples)| {
             let mut samples = samples?;
             samples.sort_unstable();
-            Ok(Metrics::from([
+            let mut metrics = Metrics::from([
                 ("p50_us", micros(percentile(&samples, 0.50))),
                 ("p99_us", micros(percentile(&samples, 0.99))),
-            ]))
+            ]);
+            ledger.per_cycle(i, samples.len() as u64, &mut metrics);
+            Ok(metrics)
         })
         .collect()
 }
@@ -345,26 +373,37 @@ async fn sequential(
 }
 
 /// 32 tasks per column, each cycling on its own key, the columns taking turns of `S2_SLICE`:
-/// all cycles over all the time the column's turns took.
-async fn throughput(entries: &[Entry<'_>], duration: Duration) -> Vec<Result<Metrics, String>> {
+/// all cycles over all the time the column's turns took, and with `metered` (the server's
+/// URL) the cost rows (`cost`).
+async fn throughput(
+    entries: &[Entry<'_>],
+    duration: Duration,
+    metered: Option<String>,
+) -> Vec<Result<Metrics, String>> {
     let turns = (duration.as_secs_f64() / S2_SLICE.as_secs_f64())
         .round()
         .max(1.0) as usize;
     let mut totals: Vec<Result<(u64, Duration), String>> =
         entries.iter().map(|_| Ok((0, Duration::ZERO))).collect();
+    let mut ledger = Ledger::new(metered, entries.len()).await;
     let mut order = TurnOrder::new(entries.len());
     for _ in 0..turns {
         for i in order.next_pass() {
             let (entry, total) = (&entries[i], &mut totals[i]);
             let failed = match total {
-                Ok((cycles, elapsed)) => match distinct_keys(entry, S2_SLICE).await {
-                    Ok((c, e)) => {
-                        *cycles += c;
-                        *elapsed += e;
-                        None
+                Ok((cycles, elapsed)) => {
+                    ledger.start().await;
+                    let run = distinct_keys(entry, S2_SLICE).await;
+                    ledger.stop(i).await;
+                    match run {
+                        Ok((c, e)) => {
+                            *cycles += c;
+                            *elapsed += e;
+                            None
+                        }
+                        Err(e) => Some(e),
                     }
-                    Err(e) => Some(e),
-                },
+                }
                 Err(_) => None,
             };
             if let Some(e) = failed {
@@ -374,12 +413,13 @@ async fn throughput(entries: &[Entry<'_>], duration: Duration) -> Vec<Result<Met
     }
     totals
         .into_iter()
-        .map(|total| {
+        .enumerate()
+        .map(|(i, total)| {
             let (cycles, elapsed) = total?;
-            Ok(Metrics::from([(
-                "cycles_per_s",
-                cycles as f64 / elapsed.as_secs_f64(),
-            )]))
+            let mut metrics =
+                Metrics::from([("cycles_per_s", cycles as f64 / elapsed.as_secs_f64())]);
+            ledger.per_cycle(i, cycles, &mut metrics);
+            Ok(metrics)
         })
         .collect()
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::columns::Kind;
 use crate::scenarios::{Metrics, Plan, Scenario, S3B_HOLD};
 pub use table::{row, Fmt, RowSpec};
-pub use targets::{absolute, versus_limit, Better, Source, TargetSpec};
+pub use targets::{absolute, versus, versus_limit, Better, Source, TargetSpec};
 use targets::{Target, TARGETS};
 
 /// The figures of one scenario for one column, round by round.
@@ -43,7 +43,7 @@ impl Cell {
                 .collect();
             // A correctness figure: the worst round counts, never hidden by a median.
             let value = match name {
-                "max_occupancy" | "release_not_owner" => {
+                "max_occupancy" | "release_not_owner" | "overlaps" | "not_served" => {
                     values.into_iter().fold(f64::NAN, f64::max)
                 }
                 "held_at_end" | "served" | "p_served" => {
@@ -177,6 +177,7 @@ impl Results {
             .chain(crate::held::TARGETS)
             .chain(crate::herd::TARGETS)
             .chain(crate::memory::TARGETS)
+            .chain(crate::rwmix::TARGETS)
             .map(|t| t.judge(self))
             .collect();
     }
@@ -258,5 +259,19 @@ mod tests {
         cell.finish();
         assert_eq!(cell.median["max_occupancy"], 6.0);
         assert_eq!(cell.median["acq_per_s"], 4.0);
+    }
+
+    #[test]
+    fn one_round_with_overlaps_is_not_hidden_by_the_median() {
+        let mut cell = Cell::default();
+        for overlaps in [0.0, 0.0, 3.0, 0.0, 0.0] {
+            cell.rounds.push(Metrics::from([
+                ("overlaps", overlaps),
+                ("not_served", overlaps),
+            ]));
+        }
+        cell.finish();
+        assert_eq!(cell.median["overlaps"], 3.0);
+        assert_eq!(cell.median["not_served"], 3.0);
     }
 }

@@ -120,6 +120,8 @@ impl Results {
             .chain(crate::held::DEFINITIONS)
             .chain(crate::herd::DEFINITIONS)
             .chain(crate::memory::DEFINITIONS)
+            .chain(crate::rwmix::DEFINITIONS)
+            .chain(crate::cost::DEFINITIONS)
         {
             let _ = writeln!(s, "- {line}");
         }
@@ -136,6 +138,12 @@ impl Results {
                 let _ = writeln!(s, "- {note}");
             }
             let _ = writeln!(s, "- {}", crate::failover::NOTE);
+        }
+        if m.scenarios.contains(&"S12") {
+            let _ = writeln!(s, "\n## Columns in S12 (read/write lock)\n");
+            for note in Kind::ALL.iter().filter_map(|&k| crate::rwmix::note(k)) {
+                let _ = writeln!(s, "- {note}");
+            }
         }
         if let Some(c) = &m.cluster {
             let _ = writeln!(s, "\n## Columns on the Redis Cluster (S1c, S2c)\n");
@@ -236,14 +244,30 @@ pub const fn row(
     }
 }
 
-/// Every row: the ones here, then S7's and S8's from their modules.
+/// Every row: the ones here (S1's and S2's followed by their cost rows from `cost`), then
+/// the other modules' scenarios'.
 fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
     ROWS.iter()
+        .enumerate()
+        .flat_map(|(i, spec)| {
+            let last_of = |id: &str| {
+                spec.scenario == id && ROWS.get(i + 1).is_none_or(|next| next.scenario != id)
+            };
+            let costs: &'static [RowSpec] = if last_of("S1") {
+                crate::cost::S1_ROWS
+            } else if last_of("S2") {
+                crate::cost::S2_ROWS
+            } else {
+                &[]
+            };
+            std::iter::once(spec).chain(costs)
+        })
         .chain(crate::semaphore::ROWS)
         .chain(crate::failover::ROWS)
         .chain(crate::held::ROWS)
         .chain(crate::herd::ROWS)
         .chain(crate::memory::ROWS)
+        .chain(crate::rwmix::ROWS)
 }
 
 const ROWS: &[RowSpec] = &[

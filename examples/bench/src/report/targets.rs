@@ -218,6 +218,30 @@ pub fn versus_limit(
     Ok((pass, format!("{ratio:.2}× {name}")))
 }
 
+/// `ours / base's` figure of the same scenario (`base` another column, e.g. the one peer
+/// that has the feature), checked against `bound`.
+pub fn versus(
+    r: &Results,
+    kind: Kind,
+    base: Kind,
+    scenario: &str,
+    metric: &str,
+    bound: f64,
+    at_most: bool,
+) -> Result<(bool, String), String> {
+    let ours = r.value(scenario, kind, metric)?;
+    let theirs = r
+        .value(scenario, base, metric)
+        .map_err(|e| format!("{}: {e}", base.name()))?;
+    let ratio = ours / theirs;
+    let pass = if at_most {
+        ratio <= bound
+    } else {
+        ratio >= bound
+    };
+    Ok((pass, format!("{ratio:.2}× {}", base.name())))
+}
+
 pub fn absolute(
     r: &Results,
     kind: Kind,
