@@ -14,12 +14,9 @@ use crate::nodes::{Node, Nodes};
 /// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
 
-/// Most pipelines outstanding on one node. With one, each round trip's waits (the client
-/// encoding the next chunk, the server's turn, the answer's parse, and on a loaded machine
-/// each side's wait for a CPU) came one after another, and a single node could not renew
-/// 100,000 leases a second; with a few, the server runs one chunk while the client reads
-/// the answer to another and writes the next. The bound keeps what a node that falls
-/// behind is handed to a few chunks.
+/// Most pipelines outstanding on one node. With one, the server sits idle while the client
+/// reads an answer and writes the next chunk, and the client while the server runs it; a few
+/// let these overlap. The bound keeps what a node that falls behind is handed to a few chunks.
 const WINDOW: usize = 3;
 
 /// Sends node `i`'s queue, a chunk at a time, for ever.
