@@ -111,14 +111,28 @@ async fn scale_twenty_thousand_leases_on_a_quorum_held_20s() {
     hold_and_report(&locks, "quorum", 20_000, ttl, Duration::from_secs(20)).await;
 }
 
-/// The scale tier: 100,000 leases on one node held 20 s with no lease lost.
+/// Leases the single-node scale test holds: 100,000 in an optimised build (`cargo test
+/// --release`). A debug build's client spends many times the CPU on each renewal, more than a
+/// shared 2-core machine gives it for 100,000 renewals a second; it holds 20,000.
+const ONE_NODE_LEASES: usize = if cfg!(debug_assertions) {
+    20_000
+} else {
+    100_000
+};
+
+/// The scale tier: [`ONE_NODE_LEASES`] leases at ttl 3 s on one node held 15 s with no lease
+/// lost: every lease renewed every second, 50 pipelines of renewals a second for 100,000.
+/// With one pipeline outstanding per node and the queue sent in table order, whatever each
+/// lease's end, a loaded 2-core machine lost leases (the benchmark's S6b,
+/// `examples/bench/RESULTS.md`); ttl 6 s hid it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale tier: cargo test --test scale -- --ignored --test-threads 1"]
-async fn scale_a_hundred_thousand_leases_on_one_node_held_20s() {
+async fn scale_leases_at_ttl_3s_on_one_node_held_15s() {
     let server = RedisServer::start();
     let locks = Client::connect(&server.url()).await.expect("connect");
-    let ttl = Duration::from_secs(6);
-    hold_and_report(&locks, "single", 100_000, ttl, Duration::from_secs(20)).await;
+    let ttl = Duration::from_secs(3);
+    let hold = Duration::from_secs(15);
+    hold_and_report(&locks, "single", ONE_NODE_LEASES, ttl, hold).await;
 }
 
 /// Commands the server has run, its scripts' own included, less those of the test's readings

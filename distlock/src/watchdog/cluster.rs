@@ -29,9 +29,11 @@ pub(super) async fn renew(
         Master(String, u16),
         Slot(u16),
     }
-    let mut owners = owners.lock().await;
-    if owners.needs_reading() {
-        owners.read(&mut conn.clone()).await;
+    // Held while the chunk is grouped only: the other chunks in flight to this cluster group
+    // theirs meanwhile.
+    let mut map = owners.lock().await;
+    if map.needs_reading() {
+        map.read(&mut conn.clone()).await;
     }
     let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
     let mut spanning = Vec::new();
@@ -41,12 +43,13 @@ pub(super) async fn renew(
             continue;
         }
         let slot = d.key.slot();
-        let target = match owners.owner(slot) {
+        let target = match map.owner(slot) {
             Some((host, port)) => Target::Master(host.to_owned(), port),
             None => Target::Slot(slot),
         };
         groups.entry(target).or_default().push(i);
     }
+    drop(map);
     let pipelines = (groups.len() + spanning.iter().map(|(_, s)| s.len()).sum::<usize>()) as u64;
     let misrouted = AtomicBool::new(false);
     let misrouted = &misrouted;
@@ -114,7 +117,7 @@ pub(super) async fn renew(
         replies[i] = answer;
     }
     if misrouted.load(Ordering::Relaxed) {
-        owners.mark_stale();
+        owners.lock().await.mark_stale();
     }
     (replies, pipelines)
 }

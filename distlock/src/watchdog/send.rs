@@ -1,52 +1,84 @@
-//! A node's sender: its queue of renewals as pipelines, one outstanding at a time.
+//! A node's sender: its queue of renewals as pipelines, a few outstanding at a time.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 
 use super::{cluster, renewals, Due, NodeReplies, Shared};
-
-/// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
-const RETRY_AFTER: Duration = Duration::from_millis(50);
 use crate::algorithm::{is_noscript, renewed_lease};
 use crate::conn::Conn;
 use crate::nodes::{Node, Nodes};
 
+/// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
+const RETRY_AFTER: Duration = Duration::from_millis(50);
+
+/// Most pipelines outstanding on one node. With one, the server sits idle while the client
+/// reads an answer and writes the next chunk, and the client while the server runs it; a few
+/// let these overlap. The bound keeps what a node that falls behind is handed to a few chunks.
+const WINDOW: usize = 3;
+
 /// Sends node `i`'s queue, a chunk at a time, for ever.
 ///
-/// Only one pipeline is outstanding per node: a server that falls behind is not sent more
-/// while it works through what it has, and a renewal it answers late still counts (see
-/// [`super::Entry::judge`]). The answer is awaited as long as it can prove anything: past the
+/// At most [`WINDOW`] pipelines are outstanding per node: a server that falls behind is not
+/// sent more while it works through what it has, and a renewal it answers late still counts
+/// (see [`super::table`]). Each answer is awaited as long as it can prove anything: past the
 /// longest lease in the chunk, a proof would have run out before it arrived. After a chunk
-/// with failures the node is left alone for [`RETRY_AFTER`] before the renewals that still
-/// need it are sent again.
+/// with failures the node is sent nothing new for [`RETRY_AFTER`]; then the renewals that
+/// still need it are sent again.
 pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
     let node = &nodes.nodes[i];
+    let mut outstanding = FuturesUnordered::new();
+    let mut paused_until: Option<Instant> = None;
     loop {
-        let chunk = shared.table().take(i);
-        if chunk.is_empty() {
-            shared.work[i].notified().await;
-            continue;
+        if paused_until.is_some_and(|t| t <= Instant::now()) {
+            paused_until = None;
         }
-        let sent = Instant::now();
-        let longest = chunk.iter().map(|d| d.ttl_ms).max().unwrap_or(0);
-        let worth_until = crate::lease::after(sent, Duration::from_millis(longest));
-        let replies = if node.trusted() {
-            tokio::time::timeout_at(worth_until.into(), renew(shared, node, &chunk))
-                .await
-                .unwrap_or_else(|_| vec![None; chunk.len()])
-        } else {
-            vec![None; chunk.len()]
+        while paused_until.is_none() && outstanding.len() < WINDOW {
+            let chunk = shared.table().take(i);
+            if chunk.is_empty() {
+                break;
+            }
+            outstanding.push(send(shared, node, chunk));
+        }
+        let room = paused_until.is_none() && outstanding.len() < WINDOW;
+        let pause_until = paused_until;
+        let pause = async move {
+            match pause_until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
         };
-        let failed = replies.iter().any(Option::is_none);
-        shared
-            .table()
-            .record(nodes.majority, i, &chunk, sent, replies);
-        if failed {
-            tokio::time::sleep(RETRY_AFTER).await;
+        tokio::select! {
+            Some((chunk, sent, replies)) = outstanding.next(), if !outstanding.is_empty() => {
+                let failed = replies.iter().any(Option::is_none);
+                shared
+                    .table()
+                    .record(nodes.majority, i, &chunk, sent, replies);
+                if failed {
+                    paused_until = Some(Instant::now() + RETRY_AFTER);
+                }
+            }
+            _ = shared.work[i].notified(), if room => {}
+            _ = pause => {}
         }
     }
+}
+
+/// Sends one chunk to a node; returns it with when it was sent and the node's answers.
+async fn send(shared: &Shared, node: &Node, chunk: Vec<Due>) -> (Vec<Due>, Instant, NodeReplies) {
+    let sent = Instant::now();
+    let longest = chunk.iter().map(|d| d.ttl_ms).max().unwrap_or(0);
+    let worth_until = crate::lease::after(sent, Duration::from_millis(longest));
+    let replies = if node.trusted() {
+        tokio::time::timeout_at(worth_until.into(), renew(shared, node, &chunk))
+            .await
+            .unwrap_or_else(|_| vec![None; chunk.len()])
+    } else {
+        vec![None; chunk.len()]
+    };
+    (chunk, sent, replies)
 }
 
 /// Renews `chunk` on one node: one pipeline, and where the server lacks the extend script (a
