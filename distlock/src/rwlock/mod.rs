@@ -80,6 +80,7 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::key::Kind;
 use crate::mode::LockMode;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (state loading,
@@ -102,6 +103,8 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: false,
     plain_acquire: false,
     waited_mark: false,
+    helpers: &[Kind::Readers, Kind::Intents],
+    intents: false,
     acquire: script!("read_acquire.lua"),
     release: script!("read_release.lua"),
     extend: script!("extend.lua"),
@@ -115,6 +118,8 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: false,
     plain_acquire: false,
     waited_mark: false,
+    helpers: &[Kind::Readers, Kind::Intents],
+    intents: true,
     acquire: script!("write_acquire.lua"),
     release: script!("write_release.lua"),
     extend: script!("extend.lua"),
