@@ -68,7 +68,7 @@ end
 
 -- True when the space-separated `list` holds `nonce`.
 local function has(list, nonce)
-  return list ~= nil and string.find(' ' .. list .. ' ', ' ' .. nonce .. ' ', 1, true) ~= nil
+  return list and string.find(' ' .. list .. ' ', ' ' .. nonce .. ' ', 1, true) ~= nil
 end
 
 -- `list` without one `nonce` ('' when none is left).
@@ -134,7 +134,9 @@ local function load(now, owner)
   if redis.call('pttl', LOCK) == -1 then
     return nil, {-1, 'hash without expiry'}
   end
-  s.mode, s.writer, s.wuntil, s.wholds, s.own = v[2], v[3], tonumber(v[4]), v[6], v[7]
+  -- A missing field comes back as false: nil instead, for the tests below.
+  s.mode, s.writer, s.wuntil = v[2] or nil, v[3] or nil, tonumber(v[4])
+  s.wholds, s.own = v[6] or nil, v[7] or nil
   -- -1: the tenure was taken without a token.
   s.wfence = tonumber(v[5]) or -1
   if s.writer and not (s.wuntil and v[5] and s.wholds) then
