@@ -56,8 +56,9 @@ end
 -- withdraws it at once: see write_release.lua).
 local INTENT_MAX_MS = 2000
 
--- How many expired readers, and expired intents, one call clears at most.
-local PRUNE_MAX = 8
+-- How many expired readers, and expired intents, one call clears at most (a string: every
+-- argument to redis.call goes as one, see fence.lua).
+local PRUNE_MAX = '8'
 
 -- The server's time in ms, and in us for a new fencing counter.
 local function server_ms()
@@ -86,7 +87,7 @@ end
 
 -- The latest score in the sorted set `key` (0 when it is empty).
 local function latest(key)
-  local top = redis.call('zrevrange', key, 0, 0, 'withscores')
+  local top = redis.call('zrevrange', key, '0', '0', 'withscores')
   return tonumber(top[2]) or 0
 end
 
@@ -158,7 +159,8 @@ local function load(now, owner)
       s.dirty = true
     end
   end
-  local ended = redis.call('zrangebyscore', READERS, '-inf', int(now), 'limit', 0, PRUNE_MAX)
+  local ended = redis.call('zrangebyscore', READERS, '-inf', int(now), 'limit', '0',
+    PRUNE_MAX)
   if #ended > 0 then
     local fields = {}
     for i, o in ipairs(ended) do
@@ -170,7 +172,9 @@ local function load(now, owner)
   end
   local lapsed = redis.call('zcount', INTENTS, '-inf', int(now))
   if lapsed > 0 then
-    redis.call('zremrangebyrank', INTENTS, 0, math.min(lapsed, PRUNE_MAX) - 1)
+    -- The lowest ranks are the earliest ends: exactly the lapsed intents.
+    local k = math.min(lapsed, tonumber(PRUNE_MAX))
+    redis.call('zremrangebyrank', INTENTS, '0', int(k - 1))
     s.dirty = true
   end
   return s
