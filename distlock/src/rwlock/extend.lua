@@ -12,11 +12,14 @@ if not s then
   return 0
 end
 local left = 0
+-- Renewals clear expired readers too: holders that keep renewing while others crash would
+-- otherwise keep the crashed ones' entries until the lock is given up.
+prune(now, true)
 if s.writer == owner and has(s.wholds, nonce) then
   if now + ttl > s.wuntil then
     s.wuntil = now + ttl
     redis.call('hset', LOCK, 'writer-until', int(s.wuntil))
-    s.dirty = true
+    stretch(s, now, s.wuntil)
   end
   left = s.wuntil - now
 elseif has(s.own, nonce) then

@@ -96,10 +96,11 @@ local function live(key, now)
   return redis.call('zcount', key, '(' .. int(now), '+inf')
 end
 
--- Reads what this call needs of the lock for `owner` and clears a bounded number of expired
--- holds and intents. Returns the state, or nil and the reply to give when the key holds
--- something that is not a read/write lock (the caller then leaves it untouched): {-3, mode}
--- for another lock mode of the same name, {-1, type} for the application's data.
+-- Reads what this call needs of the lock for `owner`. Returns the state, or nil and the
+-- reply to give when the key holds something that is not a read/write lock (the caller then
+-- leaves it untouched): {-3, mode} for another lock mode of the same name, {-1, type} for the
+-- application's data. A writer whose lease has ended is removed (`dirty`: the caller then
+-- settles), and so are the caller's own read holds once its lease has ended.
 local function load(now, owner)
   local v = redis.pcall('hmget', LOCK, 'rwlock', 'mode', 'writer', 'writer-until',
     'writer-fence', 'writer-holds', 'r:' .. owner, 'owner')
@@ -114,9 +115,11 @@ local function load(now, owner)
     end
     return nil, {-1, kind}
   end
-  local s = {dirty = false}
+  -- `expires`: when the keys expire (server ms; all three share it, see `stretch`).
+  local s = {dirty = false, expires = 0}
+  local ttl = redis.call('pttl', LOCK)
   if not v[1] then
-    if redis.call('exists', LOCK) == 0 then
+    if ttl == -2 then
       -- Free. Whatever the helpers still hold was left by a removal that knew only the hash
       -- (an operator's DEL): it belongs to no live lock.
       redis.call('del', READERS, INTENTS)
@@ -124,7 +127,7 @@ local function load(now, owner)
       return s
     end
     -- Our locks always expire: a hash without expiry is the application's own.
-    if redis.call('pttl', LOCK) == -1 then
+    if ttl == -1 then
       return nil, {-1, 'hash without expiry'}
     end
     if v[8] then
@@ -132,9 +135,10 @@ local function load(now, owner)
     end
     return nil, {-1, 'hash that is not a read/write lock'}
   end
-  if redis.call('pttl', LOCK) == -1 then
+  if ttl < 0 then
     return nil, {-1, 'hash without expiry'}
   end
+  s.expires = now + ttl
   -- A missing field comes back as false: nil instead, for the tests below.
   s.mode, s.writer, s.wuntil = v[2] or nil, v[3] or nil, tonumber(v[4])
   s.wholds, s.own = v[6] or nil, v[7] or nil
@@ -156,9 +160,18 @@ local function load(now, owner)
       redis.call('hdel', LOCK, 'r:' .. owner)
       redis.call('zrem', READERS, owner)
       s.own, s.ends = nil, nil
-      s.dirty = true
     end
   end
+  return s
+end
+
+-- Clears up to PRUNE_MAX readers whose lease has ended, and, unless `readers_only`, every
+-- intent that has lapsed. Run by the calls that add, renew or remove a hold, not by busy
+-- answers (a waiting writer's attempts must stay cheap): every entry is added by such a
+-- call, so the expired ones never pile up, and each is cleared once (amortised, a constant
+-- per call). Expired entries change no decision meanwhile: counts and latest ends are taken
+-- over live scores only.
+local function prune(now, readers_only)
   local ended = redis.call('zrangebyscore', READERS, '-inf', int(now), 'limit', '0',
     PRUNE_MAX)
   if #ended > 0 then
@@ -168,21 +181,31 @@ local function load(now, owner)
     end
     redis.call('hdel', LOCK, unpack(fields))
     redis.call('zrem', READERS, unpack(ended))
-    s.dirty = true
   end
-  local lapsed = redis.call('zcount', INTENTS, '-inf', int(now))
-  if lapsed > 0 then
-    -- The lowest ranks are the earliest ends: exactly the lapsed intents.
-    local k = math.min(lapsed, tonumber(PRUNE_MAX))
-    redis.call('zremrangebyrank', INTENTS, '0', int(k - 1))
-    s.dirty = true
+  if not readers_only then
+    redis.call('zremrangebyscore', INTENTS, '-inf', int(now))
   end
-  return s
 end
 
--- Writes `mode` and the keys' expiry after a change: the keys live until the latest live
--- lease or intent, and are deleted once nothing is left. Leaves in `s` the latest reader's
--- lease end and the latest intent's end.
+-- After a lease or intent was written that ends at `ends`: the keys live at least until
+-- then. All three keys share one expiry, the latest end among their entries, so a key never
+-- expires before its own entries (nor the hash before its helpers' entries). `created`: the
+-- helper key just written, which a ZADD may have created without an expiry.
+local function stretch(s, now, ends, created)
+  if ends > s.expires then
+    s.expires = ends
+    local ms = int(ends - now)
+    redis.call('pexpire', LOCK, ms)
+    redis.call('pexpire', READERS, ms)
+    redis.call('pexpire', INTENTS, ms)
+  elseif created then
+    redis.call('pexpire', created, int(s.expires - now))
+  end
+end
+
+-- After a hold or an intent was removed: writes `mode` and brings the keys' expiry down to
+-- the latest live lease or intent, or deletes them once nothing is left. Leaves in `s` the
+-- latest reader's lease end and the latest intent's end.
 local function settle(s, now)
   s.readers_until, s.intents_until = latest(READERS), latest(INTENTS)
   local last = math.max(s.readers_until, s.intents_until)
@@ -200,23 +223,19 @@ local function settle(s, now)
   elseif s.readers_until > now then
     mode = 'read'
   end
-  if s.fresh then
-    s.fresh = nil
-    if mode then
-      redis.call('hset', LOCK, 'rwlock', '2', 'mode', mode)
-    else
-      redis.call('hset', LOCK, 'rwlock', '2')
-    end
-  elseif mode and s.mode ~= mode then
+  if mode and s.mode ~= mode then
     redis.call('hset', LOCK, 'mode', mode)
   elseif not mode and s.mode then
     redis.call('hdel', LOCK, 'mode')
   end
   s.mode = mode or nil
-  local ms = int(last - now)
-  redis.call('pexpire', LOCK, ms)
-  redis.call('pexpire', READERS, ms)
-  redis.call('pexpire', INTENTS, ms)
+  if last ~= s.expires then
+    s.expires = last
+    local ms = int(last - now)
+    redis.call('pexpire', LOCK, ms)
+    redis.call('pexpire', READERS, ms)
+    redis.call('pexpire', INTENTS, ms)
+  end
 end
 
 -- True when a writer other than `owner` waits for the lock.
@@ -230,12 +249,12 @@ local function others_intend(owner, now)
 end
 
 -- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another
--- of its holds may count on it). The owner must be a live reader.
+-- of its holds may count on it). The owner must be a live reader, or just added.
 local function renew_read(s, owner, now, ttl)
   if now + ttl > s.ends then
     s.ends = now + ttl
-    redis.call('zadd', READERS, int(s.ends), owner)
-    s.dirty = true
+    local added = redis.call('zadd', READERS, int(s.ends), owner) == 1
+    stretch(s, now, s.ends, added and READERS)
   end
   return s.ends
 end
@@ -243,14 +262,24 @@ end
 -- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never
 -- shortening the lease the owner already has: another of its holds may count on it).
 local function add_read(s, owner, nonce, now, ttl)
+  prune(now, true)
   if s.own then
     s.own = s.own .. ' ' .. nonce
   else
     s.own, s.ends = nonce, 0
   end
-  redis.call('hset', LOCK, 'r:' .. owner, s.own)
+  local fields = {'r:' .. owner, s.own}
+  if s.fresh then
+    table.insert(fields, 'rwlock')
+    table.insert(fields, '2')
+  end
+  if not s.writer and s.mode ~= 'read' then
+    table.insert(fields, 'mode')
+    table.insert(fields, 'read')
+    s.mode = 'read'
+  end
+  redis.call('hset', LOCK, unpack(fields))
   renew_read(s, owner, now, ttl)
-  s.dirty = true
 end
 
 -- The fencing counter's current value (0 before the first write, or once it expired unused),

@@ -39,7 +39,9 @@ if s.own or s.writer == owner or (not s.writer and not others_intend(owner, now)
   else
     add_read(s, owner, nonce, now, ttl)
   end
-  settle(s, now)
+  if s.dirty then
+    settle(s, now)
+  end
   return {1, fence}
 end
 if s.dirty then

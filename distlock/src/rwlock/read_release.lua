@@ -27,6 +27,7 @@ if rest == '' then
 else
   redis.call('hset', LOCK, 'r:' .. owner, rest)
 end
+prune(now)
 settle(s, now)
 if s.readers_until <= now and not s.writer then
   redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,

@@ -30,19 +30,18 @@ if s.writer == owner then
   if now + ttl > s.wuntil then
     s.wuntil = now + ttl
     redis.call('hset', LOCK, 'writer-until', int(s.wuntil))
+    stretch(s, now, s.wuntil)
   end
   if FENCING and s.wfence < 0 then
     -- The tenure was taken without a token and this acquisition asks for one: mint it now
     -- (the owner holds the lock, so it orders after every earlier tenure's).
     local fence, bad = mint(FENCE, now_us)
     if not fence then
-      settle(s, now)
       return {-1, bad}
     end
     s.wfence = fence
     redis.call('hset', LOCK, 'writer-fence', int(fence))
   end
-  settle(s, now)
   if not FENCING then
     return {1, -1}
   end
@@ -56,7 +55,7 @@ if s.own then
   end
   return {-2, 'upgrade'}
 end
-local readers_until = latest(READERS)
+local readers_until = s.writer and 0 or latest(READERS)
 if not s.writer and readers_until <= now then
   local fence, bad = -1, nil
   if FENCING then
@@ -69,12 +68,13 @@ if not s.writer and readers_until <= now then
     end
     return {-1, bad}
   end
+  prune(now)
   s.writer, s.wuntil, s.wfence, s.wholds = owner, now + ttl, fence, nonce
-  redis.call('hset', LOCK, 'writer', owner, 'writer-until', int(s.wuntil),
-    'writer-fence', fence < 0 and '' or int(fence), 'writer-holds', nonce,
-    'writer-holder', holder)
+  redis.call('hset', LOCK, 'rwlock', '2', 'mode', 'write', 'writer', owner,
+    'writer-until', int(s.wuntil), 'writer-fence', fence < 0 and '' or int(fence),
+    'writer-holds', nonce, 'writer-holder', holder)
   redis.call('zrem', INTENTS, owner)
-  settle(s, now)
+  stretch(s, now, s.wuntil)
   if not FENCING then
     return {1, -1}
   end
@@ -86,8 +86,8 @@ end
 -- (A waiter that gives up withdraws its intent with its release call: write_release.lua.)
 local intent_ms = math.min(ttl, INTENT_MAX_MS)
 if ARGV[8] == '1' then
-  redis.call('zadd', INTENTS, int(now + intent_ms), owner)
-  s.dirty = true
+  local added = redis.call('zadd', INTENTS, int(now + intent_ms), owner) == 1
+  stretch(s, now, now + intent_ms, added and INTENTS)
 end
 if s.dirty then
   settle(s, now)

@@ -35,14 +35,12 @@ end
 local rest = without(s.wholds, nonce)
 if rest ~= '' then
   redis.call('hset', LOCK, 'writer-holds', rest)
-  if s.dirty then
-    settle(s, now)
-  end
   return 1
 end
 redis.call('hdel', LOCK, 'writer', 'writer-until', 'writer-fence', 'writer-holds',
   'writer-holder')
 s.writer = nil
+prune(now)
 settle(s, now)
 redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK, 'all')
 return 1
