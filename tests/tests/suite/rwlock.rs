@@ -47,7 +47,10 @@ async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, Stri
             view.insert(field, value);
         }
     }
-    for (key, kind) in [(readers_key(name), "read-until"), (intents_key(name), "intent")] {
+    for (key, kind) in [
+        (readers_key(name), "read-until"),
+        (intents_key(name), "intent"),
+    ] {
         let members: Vec<(String, u64)> = raw
             .clone()
             .zrange_withscores(key, 0, -1)
