@@ -239,7 +239,10 @@ local function settle(s, now)
 end
 
 -- True when a writer other than `owner` waits for the lock.
-local function others_intend(owner, now)
+local function others_intend(s, owner, now)
+  if s.fresh then
+    return false
+  end
   local n = live(INTENTS, now)
   if n ~= 1 then
     return n > 1
@@ -262,7 +265,9 @@ end
 -- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never
 -- shortening the lease the owner already has: another of its holds may count on it).
 local function add_read(s, owner, nonce, now, ttl)
-  prune(now, true)
+  if not s.fresh then
+    prune(now, true)
+  end
   if s.own then
     s.own = s.own .. ' ' .. nonce
   else

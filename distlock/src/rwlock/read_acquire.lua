@@ -21,7 +21,7 @@ end
 -- This acquisition retried after its reply was lost, re-entry by a reader, or the writer
 -- taking the read lock too (the way to downgrade): all already exclude every other writer,
 -- so waiting writers do not hold them up.
-if s.own or s.writer == owner or (not s.writer and not others_intend(owner, now)) then
+if s.own or s.writer == owner or (not s.writer and not others_intend(s, owner, now)) then
   local fence, bad = -1, nil
   if FENCING then
     fence, bad = current_fence()

@@ -55,7 +55,7 @@ if s.own then
   end
   return {-2, 'upgrade'}
 end
-local readers_until = s.writer and 0 or latest(READERS)
+local readers_until = (s.writer or s.fresh) and 0 or latest(READERS)
 if not s.writer and readers_until <= now then
   local fence, bad = -1, nil
   if FENCING then
@@ -68,12 +68,14 @@ if not s.writer and readers_until <= now then
     end
     return {-1, bad}
   end
-  prune(now)
   s.writer, s.wuntil, s.wfence, s.wholds = owner, now + ttl, fence, nonce
   redis.call('hset', LOCK, 'rwlock', '2', 'mode', 'write', 'writer', owner,
     'writer-until', int(s.wuntil), 'writer-fence', fence < 0 and '' or int(fence),
     'writer-holds', nonce, 'writer-holder', holder)
-  redis.call('zrem', INTENTS, owner)
+  if not s.fresh then
+    prune(now)
+    redis.call('zrem', INTENTS, owner)
+  end
   stretch(s, now, s.wuntil)
   if not FENCING then
     return {1, -1}
