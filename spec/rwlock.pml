@@ -33,7 +33,7 @@
  *   final    once every call returned and every background release finished, no hold is
  *            left (intents may be: a writer whose last attempt was lost, or that crashed,
  *            leaves its intent, which ends within min(ttl, 2 s) by design, write_acquire.lua
- *            83-91; one that gives up withdraws it with its release, write_release.lua 24-33,
+ *            85-93; one that gives up withdraws it with its release, write_release.lua 24-33,
  *            which the model's clients do not send: it frees no hold)
  *
  * Variants (-D):
@@ -121,7 +121,7 @@ inline TICK() {
   :: rlease[2] == 0 -> rmask[2] = 0
   :: else
   fi;
-  DOWN(intent[1]); DOWN(intent[2]);                /* prelude.lua 242-249, 185-187 */
+  DOWN(intent[1]); DOWN(intent[2]);                /* prelude.lua 242-252, 185-187 */
   DOWN(gleft[0]); DOWN(gleft[1]); DOWN(gleft[2]);
   AGE(age[0]); AGE(age[1]);
   if
@@ -148,7 +148,7 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
             (writer == 0 && intent[OTHER(me)] == 0) ->
             if
             :: (rmask[me] & (1 << n)) == 0 ->                 /* 39-40: add_read */
-                 rmask[me] = rmask[me] | (1 << n);           /* prelude 264-283 */
+                 rmask[me] = rmask[me] | (1 << n);           /* prelude 267-288 */
                  if
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
@@ -183,10 +183,10 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
             :: else
             fi;
             assert(ctr > maxtok); maxtok = ctr;               /* property 3 */
-            writer = me; wleft = ttl; wmask = 1 << n;         /* 72-75 */
-            intent[me] = 0;                                   /* 76 */
-            r = 1                                             /* 78-81 */
-       :: else ->                                             /* 83-96: busy, intent */
+            writer = me; wleft = ttl; wmask = 1 << n;         /* 71-74 */
+            intent[me] = 0;                                   /* 77 */
+            r = 1                                             /* 80-83 */
+       :: else ->                                             /* 85-98: busy, intent */
             intent[me] = INTENT;
             r = 0
        fi
