@@ -33,7 +33,7 @@
  *   final    once every call returned and every background release finished, no hold is
  *            left (intents may be: a writer whose last attempt was lost, or that crashed,
  *            leaves its intent, which ends within min(ttl, 2 s) by design, write_acquire.lua
- *            85-93; one that gives up withdraws it with its release, write_release.lua 24-33,
+ *            85-93; one that gives up withdraws it with its release, write_release.lua 25-34,
  *            which the model's clients do not send: it frees no hold)
  *
  * Variants (-D):
@@ -66,8 +66,8 @@
 
 /* Dropped acquire futures are left out here to keep the run short: the client code that
    handles them is the same as in setnx.pml and reentrant.pml, and the release it sends
-   is idempotent by nonce in this mode too (read_release.lua 17-22, write_release.lua
-   24-34). */
+   is idempotent by nonce in this mode too (read_release.lua 18-23, write_release.lua
+   25-35). */
 #define NO_CANCEL
 
 #include "common.pml"
@@ -229,27 +229,27 @@ inline RELEASE(me, n, r) {
   if
   :: nmode[n] == M_R ->
        if
-       :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 17-22 */
+       :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 18-23 */
        :: else ->
-            rmask[me] = rmask[me] & ~(1 << n);                /* 23-29 */
+            rmask[me] = rmask[me] & ~(1 << n);                /* 24-30 */
             if
-            :: rmask[me] == 0 -> rlease[me] = 0               /* 25-26: the last: its score */
+            :: rmask[me] == 0 -> rlease[me] = 0               /* 26-27: the last: its score */
             :: else
             fi;
-            r = 1                                             /* 30-36 */
+            r = 1                                             /* 31-37 */
        fi
   :: nmode[n] == M_W ->
        if
-       :: writer != me || (wmask & (1 << n)) == 0 ->          /* 24-34 */
+       :: writer != me || (wmask & (1 << n)) == 0 ->          /* 25-35 */
             if
-            :: writer != me -> intent[me] = 0                 /* 25: withdrawn */
+            :: writer != me -> intent[me] = 0                 /* 26: withdrawn */
             :: else
             fi;
             r = 0
        :: else ->
-            wmask = wmask & ~(1 << n);                        /* 35-39 */
+            wmask = wmask & ~(1 << n);                        /* 36-40 */
             if
-            :: wmask == 0 -> writer = 0; wleft = 0            /* 40-46 */
+            :: wmask == 0 -> writer = 0; wleft = 0            /* 41-47 */
             :: else
             fi;
             r = 1

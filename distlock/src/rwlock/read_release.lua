@@ -3,8 +3,9 @@
 -- and a single wake-up could land on one of them instead of a writer), else one.
 -- KEYS[1] lock hash, whose string is also its wake-up channel, KEYS[2] readers, KEYS[3]
 -- intents (all one slot; these modes publish on every release, best-effort: see
--- setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's nonce (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's'
--- to publish with SPUBLISH (Redis Cluster); trailing empty arguments are left off.
+-- setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's nonce (ARGV[3], a wake-up
+-- id, is unused: these modes do not run on a quorum), ARGV[4] 's' to publish with SPUBLISH
+-- (Redis Cluster); trailing empty arguments are left off.
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
 -- already given back by an earlier try of this release). Other readers' holds are never
 -- touched.
