@@ -205,23 +205,36 @@ end
 
 -- After a hold or an intent was removed: writes `mode` and brings the keys' expiry down to
 -- the latest live lease or intent, or deletes them once nothing is left. Leaves in `s` the
--- latest reader's lease end and the latest intent's end.
-local function settle(s, now)
-  s.readers_until, s.intents_until = latest(READERS), latest(INTENTS)
-  local last = math.max(s.readers_until, s.intents_until)
-  if s.writer then
-    last = math.max(last, s.wuntil)
-  end
-  if last <= now then
-    redis.call('del', LOCK, READERS, INTENTS)
-    s.mode = nil
-    return
-  end
+-- latest reader's lease end and (unless `removed` is given) the latest intent's end.
+-- `removed`: the end of the live lease just removed, when that is all that changed. If it
+-- ended well before the keys' expiry, the entry that sets the expiry is another one, still
+-- live (the 2 ms allow for PTTL's rounding): the expiry stands and the keys stay.
+local function settle(s, now, removed)
+  s.readers_until = latest(READERS)
   local mode = false
   if s.writer then
     mode = 'write'
   elseif s.readers_until > now then
     mode = 'read'
+  end
+  if not (removed and removed < s.expires - 2) then
+    s.intents_until = latest(INTENTS)
+    local last = math.max(s.readers_until, s.intents_until)
+    if s.writer then
+      last = math.max(last, s.wuntil)
+    end
+    if last <= now then
+      redis.call('del', LOCK, READERS, INTENTS)
+      s.mode = nil
+      return
+    end
+    if last ~= s.expires then
+      s.expires = last
+      local ms = int(last - now)
+      redis.call('pexpire', LOCK, ms)
+      redis.call('pexpire', READERS, ms)
+      redis.call('pexpire', INTENTS, ms)
+    end
   end
   if mode and s.mode ~= mode then
     redis.call('hset', LOCK, 'mode', mode)
@@ -229,13 +242,6 @@ local function settle(s, now)
     redis.call('hdel', LOCK, 'mode')
   end
   s.mode = mode or nil
-  if last ~= s.expires then
-    s.expires = last
-    local ms = int(last - now)
-    redis.call('pexpire', LOCK, ms)
-    redis.call('pexpire', READERS, ms)
-    redis.call('pexpire', INTENTS, ms)
-  end
 end
 
 -- True when a writer other than `owner` waits for the lock.

@@ -22,16 +22,21 @@ if not has(s.own, nonce) then
   return 0
 end
 local rest = without(s.own, nonce)
-if rest == '' then
-  redis.call('hdel', LOCK, 'r:' .. owner)
-  redis.call('zrem', READERS, owner)
-else
+if rest ~= '' then
+  -- The owner reads on with its other holds: its lease, and so the lock, stays as it is.
   redis.call('hset', LOCK, 'r:' .. owner, rest)
+  if s.dirty then
+    settle(s, now)
+  end
+  return 1
 end
+redis.call('hdel', LOCK, 'r:' .. owner)
+redis.call('zrem', READERS, owner)
 prune(now)
-settle(s, now)
+settle(s, now, s.ends)
 if s.readers_until <= now and not s.writer then
+  local intents_until = s.intents_until or latest(INTENTS)
   redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,
-    s.intents_until > now and 'all' or '')
+    intents_until > now and 'all' or '')
 end
 return 1
