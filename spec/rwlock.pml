@@ -231,12 +231,12 @@ inline RELEASE(me, n, r) {
        if
        :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 18-23 */
        :: else ->
-            rmask[me] = rmask[me] & ~(1 << n);                /* 24-30 */
+            rmask[me] = rmask[me] & ~(1 << n);                /* 24-32 */
             if
-            :: rmask[me] == 0 -> rlease[me] = 0               /* 26-27: the last: its score */
+            :: rmask[me] == 0 -> rlease[me] = 0               /* 33-34: the last: its score */
             :: else
             fi;
-            r = 1                                             /* 31-37 */
+            r = 1                                             /* 31, 35-42 */
        fi
   :: nmode[n] == M_W ->
        if
