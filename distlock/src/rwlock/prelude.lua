@@ -196,6 +196,13 @@ local function stretch(s, now, ends, created)
     s.expires = ends
     local ms = int(ends - now)
     redis.call('pexpire', LOCK, ms)
+    if s.fresh then
+      -- The helpers were cleared by load(): only the one just written exists.
+      if created then
+        redis.call('pexpire', created, ms)
+      end
+      return
+    end
     redis.call('pexpire', READERS, ms)
     redis.call('pexpire', INTENTS, ms)
   elseif created then

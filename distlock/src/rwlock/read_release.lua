@@ -30,6 +30,12 @@ if rest ~= '' then
   end
   return 1
 end
+if not s.writer and live(READERS, now) == 1 and latest(INTENTS) <= now then
+  -- The last hold of all (its owner is the one live reader): nothing is left to keep.
+  redis.call('del', LOCK, READERS, INTENTS)
+  redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK, '')
+  return 1
+end
 redis.call('hdel', LOCK, 'r:' .. owner)
 redis.call('zrem', READERS, owner)
 prune(now)

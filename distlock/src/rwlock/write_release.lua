@@ -38,10 +38,15 @@ if rest ~= '' then
   redis.call('hset', LOCK, 'writer-holds', rest)
   return 1
 end
-redis.call('hdel', LOCK, 'writer', 'writer-until', 'writer-fence', 'writer-holds',
-  'writer-holder')
 s.writer = nil
-prune(now)
-settle(s, now)
+if latest(READERS) <= now and latest(INTENTS) <= now then
+  -- The last hold of all: nothing is left to keep.
+  redis.call('del', LOCK, READERS, INTENTS)
+else
+  redis.call('hdel', LOCK, 'writer', 'writer-until', 'writer-fence', 'writer-holds',
+    'writer-holder')
+  prune(now)
+  settle(s, now)
+end
 redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK, 'all')
 return 1
