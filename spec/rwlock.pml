@@ -231,12 +231,12 @@ inline RELEASE(me, n, r) {
        if
        :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 18-23 */
        :: else ->
-            rmask[me] = rmask[me] & ~(1 << n);                /* 24-32 */
+            rmask[me] = rmask[me] & ~(1 << n);                /* 24-32, 39 */
             if
-            :: rmask[me] == 0 -> rlease[me] = 0               /* 33-34: the last: its score */
+            :: rmask[me] == 0 -> rlease[me] = 0               /* 33-40: the last: its score */
             :: else
             fi;
-            r = 1                                             /* 31, 35-42 */
+            r = 1                                             /* 31, 37, 41-48 */
        fi
   :: nmode[n] == M_W ->
        if
@@ -249,7 +249,7 @@ inline RELEASE(me, n, r) {
        :: else ->
             wmask = wmask & ~(1 << n);                        /* 36-40 */
             if
-            :: wmask == 0 -> writer = 0; wleft = 0            /* 41-47 */
+            :: wmask == 0 -> writer = 0; wleft = 0            /* 41-52 */
             :: else
             fi;
             r = 1
