@@ -212,10 +212,11 @@ end
 
 -- After a hold or an intent was removed: writes `mode` and brings the keys' expiry down to
 -- the latest live lease or intent, or deletes them once nothing is left. Leaves in `s` the
--- latest reader's lease end and (unless `removed` is given) the latest intent's end.
--- `removed`: the end of the live lease just removed, when that is all that changed. If it
--- ended well before the keys' expiry, the entry that sets the expiry is another one, still
--- live (the 2 ms allow for PTTL's rounding): the expiry stands and the keys stay.
+-- latest reader's lease end and (unless `removed` is given) the latest intent's end;
+-- returns false when it deleted the keys. `removed`: the end of the live lease just
+-- removed, when that is all that changed. If it ended well before the keys' expiry, the
+-- entry that sets the expiry is another one, still live (the 2 ms allow for PTTL's
+-- rounding): the expiry stands and the keys stay.
 local function settle(s, now, removed)
   s.readers_until = latest(READERS)
   local mode = false
@@ -233,7 +234,7 @@ local function settle(s, now, removed)
     if last <= now then
       redis.call('del', LOCK, READERS, INTENTS)
       s.mode = nil
-      return
+      return false
     end
     if last ~= s.expires then
       s.expires = last
@@ -249,6 +250,7 @@ local function settle(s, now, removed)
     redis.call('hdel', LOCK, 'mode')
   end
   s.mode = mode or nil
+  return true
 end
 
 -- True when a writer other than `owner` waits for the lock.

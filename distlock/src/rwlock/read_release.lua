@@ -30,16 +30,12 @@ if rest ~= '' then
   end
   return 1
 end
-if not s.writer and live(READERS, now) == 1 and latest(INTENTS) <= now then
-  -- The last hold of all (its owner is the one live reader): nothing is left to keep.
-  redis.call('del', LOCK, READERS, INTENTS)
-  redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK, '')
-  return 1
-end
 redis.call('hdel', LOCK, 'r:' .. owner)
 redis.call('zrem', READERS, owner)
-prune(now)
-settle(s, now, s.ends)
+if settle(s, now, s.ends) then
+  -- Expired readers only: intents are cleared by the writers' calls.
+  prune(now, true)
+end
 if s.readers_until <= now and not s.writer then
   local intents_until = s.intents_until or latest(INTENTS)
   redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,
