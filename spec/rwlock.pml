@@ -231,12 +231,12 @@ inline RELEASE(me, n, r) {
        if
        :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 18-23 */
        :: else ->
-            rmask[me] = rmask[me] & ~(1 << n);                /* 24-32, 39 */
+            rmask[me] = rmask[me] & ~(1 << n);                /* 24-33 */
             if
-            :: rmask[me] == 0 -> rlease[me] = 0               /* 33-40: the last: its score */
+            :: rmask[me] == 0 -> rlease[me] = 0               /* 34-38: the last: its score */
             :: else
             fi;
-            r = 1                                             /* 31, 37, 41-48 */
+            r = 1                                             /* 31, 39-44 */
        fi
   :: nmode[n] == M_W ->
        if
