@@ -5,14 +5,18 @@
  * around them (client.pml); the table in spec/README.md maps each atomic step to its
  * script lines.
  *
- * The hash, as the model keeps it (relative times, see common.pml):
- *   writer, wleft, wmask     the write holder, its lease left, its w:<nonce> fields
- *   rmask[o], rlease[o]      owner o's r:<nonce> fields and its read-until (lease left)
- *   intent[o]                owner o's intent:<o> (time left)
- * Every script starts with load() (prelude.lua 55-157), which drops what has expired
- * before anything is decided; the model drops it at the tick that ends it, which no
- * script can tell apart. mode and the key's PEXPIRE (settle(), prelude.lua 161-189) only
- * describe that state and decide nothing: the key exists while any field above is live.
+ * The lock's keys, as the model keeps them (relative times, see common.pml):
+ *   writer, wleft, wmask     the write holder, its lease left, the nonces in writer-holds
+ *   rmask[o], rlease[o]      the nonces in owner o's r:<o>, and its score in the readers
+ *                            (its lease left)
+ *   intent[o]                owner o's score in the intents (time left)
+ * No decision counts an entry that has expired: load() (prelude.lua 104-166) drops an
+ * expired writer and the caller's own expired reads, and every other reader and intent
+ * counts only while its score is ahead of the server's clock (ZCOUNT, ZREVRANGE over live
+ * scores; prune() clears the expired ones later, 174-188). The model drops each at the tick
+ * that ends it, which no script can tell apart. mode and the keys' PEXPIRE (stretch() and
+ * settle(), 194-239) only describe that state and decide nothing: the keys exist while any
+ * entry above is live.
  *
  * Two owners, one lock:
  *   owner A (client 0): up to two acquisitions, each read or write (slot 0, then slot 1:
@@ -27,8 +31,10 @@
  *            A holds the write lock, nor a read while A holds a read
  *   fence    each write token issued is above every token issued before
  *   final    once every call returned and every background release finished, no hold is
- *            left (intents may be: a writer that gave up leaves its intent, which ends
- *            within min(ttl, 2 s) by design, write_acquire.lua 86-100)
+ *            left (intents may be: a writer whose last attempt was lost, or that crashed,
+ *            leaves its intent, which ends within min(ttl, 2 s) by design, write_acquire.lua
+ *            85-93; one that gives up withdraws it with its release, write_release.lua 25-34,
+ *            which the model's clients do not send: it frees no hold)
  *
  * Variants (-D):
  *   OLD_READ_RETRY  finding 2 (spec/README.md), fixed in read_acquire.lua: a read acquire
@@ -60,8 +66,8 @@
 
 /* Dropped acquire futures are left out here to keep the run short: the client code that
    handles them is the same as in setnx.pml and reentrant.pml, and the release it sends
-   is idempotent by nonce in this mode too (read_release.lua 15-20, write_release.lua
-   14-19). */
+   is idempotent by nonce in this mode too (read_release.lua 18-23, write_release.lua
+   25-35). */
 #define NO_CANCEL
 
 #include "common.pml"
@@ -103,19 +109,19 @@ byte ndone = 0;
 inline TICK() {
   DOWN(wleft);
   if
-  :: wleft == 0 -> writer = 0; wmask = 0          /* prelude.lua 114-127 */
+  :: wleft == 0 -> writer = 0; wmask = 0          /* prelude.lua 150-155 */
   :: else
   fi;
   DOWN(rlease[1]); DOWN(rlease[2]);
   if
-  :: rlease[1] == 0 -> rmask[1] = 0                /* prelude.lua 128-155 */
+  :: rlease[1] == 0 -> rmask[1] = 0                /* prelude.lua 156-164, 174-184 */
   :: else
   fi;
   if
   :: rlease[2] == 0 -> rmask[2] = 0
   :: else
   fi;
-  DOWN(intent[1]); DOWN(intent[2]);                /* prelude.lua 96-104 */
+  DOWN(intent[1]); DOWN(intent[2]);                /* prelude.lua 242-252, 185-187 */
   DOWN(gleft[0]); DOWN(gleft[1]); DOWN(gleft[2]);
   AGE(age[0]); AGE(age[1]);
   if
@@ -138,11 +144,11 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
   if
   :: nmode[n] == M_R ->
        if
-       :: READER(me) || writer == me ||                      /* 18, 22 */
+       :: READER(me) || writer == me ||                      /* 24 */
             (writer == 0 && intent[OTHER(me)] == 0) ->
             if
-            :: (rmask[me] & (1 << n)) == 0 ->                 /* 30-32: add_read */
-                 rmask[me] = rmask[me] | (1 << n);           /* prelude 219-226 */
+            :: (rmask[me] & (1 << n)) == 0 ->                 /* 39-40: add_read */
+                 rmask[me] = rmask[me] | (1 << n);           /* prelude 267-288 */
                  if
                  :: rlease[me] < ttl -> rlease[me] = ttl
                  :: else
@@ -157,30 +163,30 @@ inline ACQUIRE(me, n, ttl, unsure, r) {
                  skip                                         /* nothing renewed */
 #endif
             fi;
-            r = 1                                             /* 33-34 */
-       :: else -> r = 0                                       /* 36-46: busy */
+            r = 1                                             /* 45 */
+       :: else -> r = 0                                       /* 47-58: busy */
        fi
   :: nmode[n] == M_W ->
        if
-       :: writer == me ->                                     /* 17-31: re-entry or retry */
-            wmask = wmask | (1 << n);                         /* 20-24 */
+       :: writer == me ->                                     /* 23-49: re-entry or retry */
+            wmask = wmask | (1 << n);                         /* 26-29 */
             if
-            :: wleft < ttl -> wleft = ttl                     /* 25-28 */
+            :: wleft < ttl -> wleft = ttl                     /* 30-34 */
             :: else
             fi;
-            r = 1                                             /* 30 */
-       :: writer != me && READER(me) -> r = 2                 /* 32-39: upgrade refused */
-       :: writer == 0 && !READER(me) && !READER(OTHER(me)) -> /* 40: free */
-            TICK_US; ctr++;                                   /* 41: mint, prelude 234-244 */
+            r = 1                                             /* 45-48 */
+       :: writer != me && READER(me) -> r = 2                 /* 50-57: upgrade refused */
+       :: writer == 0 && !READER(me) && !READER(OTHER(me)) -> /* 58-59: free */
+            TICK_US; ctr++;                                   /* 62: mint, fence.lua */
             if
             :: ctr < us -> ctr = us                /* the fence floor */
             :: else
             fi;
             assert(ctr > maxtok); maxtok = ctr;               /* property 3 */
-            writer = me; wleft = ttl; wmask = 1 << n;         /* 49-53 */
-            intent[me] = 0;                                   /* 54-58 */
-            r = 1                                             /* 60 */
-       :: else ->                                             /* 86-100: busy, intent */
+            writer = me; wleft = ttl; wmask = 1 << n;         /* 71-74 */
+            intent[me] = 0;                                   /* 77 */
+            r = 1                                             /* 80-83 */
+       :: else ->                                             /* 85-98: busy, intent */
             intent[me] = INTENT;
             r = 0
        fi
@@ -223,22 +229,27 @@ inline RELEASE(me, n, r) {
   if
   :: nmode[n] == M_R ->
        if
-       :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 15-20 */
+       :: (rmask[me] & (1 << n)) == 0 -> r = 0                /* 18-23 */
        :: else ->
-            rmask[me] = rmask[me] & ~(1 << n);                /* 21-30 */
+            rmask[me] = rmask[me] & ~(1 << n);                /* 24-33 */
             if
-            :: rmask[me] == 0 -> rlease[me] = 0               /* 27: the last: read-until */
+            :: rmask[me] == 0 -> rlease[me] = 0               /* 34-38: the last: its score */
             :: else
             fi;
-            r = 1                                             /* 31-35 */
+            r = 1                                             /* 31, 39-44 */
        fi
   :: nmode[n] == M_W ->
        if
-       :: writer != me || (wmask & (1 << n)) == 0 -> r = 0    /* 14-19 */
-       :: else ->
-            wmask = wmask & ~(1 << n);                        /* 20-28 */
+       :: writer != me || (wmask & (1 << n)) == 0 ->          /* 25-35 */
             if
-            :: wmask == 0 -> writer = 0; wleft = 0            /* 29-33 */
+            :: writer != me -> intent[me] = 0                 /* 26: withdrawn */
+            :: else
+            fi;
+            r = 0
+       :: else ->
+            wmask = wmask & ~(1 << n);                        /* 36-40 */
+            if
+            :: wmask == 0 -> writer = 0; wleft = 0            /* 41-52 */
             :: else
             fi;
             r = 1
@@ -281,19 +292,19 @@ inline RELEASE(me, n, r) {
 #endif
 inline EXTEND(me, n, ttl, rem) {
   if
-  :: MINE_W(me, n) ->               /* 15-21 */
+  :: MINE_W(me, n) ->               /* 18-24 */
        if
        :: wleft < ttl -> wleft = ttl
        :: else
        fi;
        rem = wleft
-  :: !MINE_W(me, n) && MINE_R(me, n) ->                      /* 22-30 */
+  :: !MINE_W(me, n) && MINE_R(me, n) ->                      /* 25-26 */
        if
        :: rlease[me] < ttl -> rlease[me] = ttl
        :: else
        fi;
        rem = rlease[me]
-  :: else -> rem = 0                                          /* 14, 34 */
+  :: else -> rem = 0                                          /* 14, 31 */
   fi
 }
 

@@ -142,18 +142,17 @@ impl Algorithm {
         let flag = |on: bool| if on { "1" } else { "0" };
         let marks = ask.waits && self.waited_mark;
         let names = key.members();
-        let keys = names.len() * (1 + usize::from(ask.fencing) + usize::from(marks));
+        let keys =
+            names.len() * (1 + self.helpers.len() + usize::from(ask.fencing) + usize::from(marks));
         let bytes =
-            keys * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
+            keys * (key.lock().len() + 10) + id.owner.len() + id.nonce.len() + id.holder.len() + 20;
         let flags = if ask.permits.is_some() {
             2
         } else {
             usize::from(ask.waits)
         };
         let mut cmd = evalsha(&self.acquire, keys, keys + 7 + flags, bytes);
-        for name in names {
-            cmd.arg(name.lock());
-        }
+        self.lock_keys(&mut cmd, names);
         if ask.fencing {
             for name in names {
                 cmd.arg(name.helper_arg(Kind::Fence));

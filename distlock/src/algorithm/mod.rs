@@ -6,9 +6,9 @@
 //!
 //! | script  | KEYS                  | ARGV             | reply                                      |
 //! |---------|-----------------------|------------------|--------------------------------------------|
-//! | acquire | lock, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set, or for a semaphore), then (semaphore) the permits asked for | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` / `{-4, recorded, asked}` (semaphore) |
-//! | release | lock (its string is its channel), then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
-//! | extend  | lock                  | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
+//! | acquire | lock, then the mode's helpers, then the fencing counter if fencing, then (setnx) the waited-for mark if the caller waits | owner, ttl in ms, retry flag, want holder ttl, nonce, holder, fencing flag, waits flag (sent only when set, or for a semaphore), then (semaphore) the permits asked for | `{1, fence or -1}` / `{0, holder ms or -1}` / `{-1, type}` / `{-2, 'upgrade'}` / `{-3, mode}` / `{-4, recorded, asked}` (semaphore) |
+//! | release | lock (its string is its channel), then the mode's helpers, then (setnx) the waited-for mark | owner, nonce, wake-up id, `s` to SPUBLISH, `1` to publish unmarked; trailing empty ones left off | `1` released / `0` not held |
+//! | extend  | lock, then the mode's helpers | owner, ttl in ms, nonce | remaining ms (>= ttl) / `0` not held |
 //!
 //! A set of names (`Client::lock_many`, see `key::set`) is one hold on several locks: each
 //! kind of key comes once per name, in the set's order (every lock key, then every fencing
@@ -82,6 +82,15 @@ pub(crate) struct Algorithm {
     /// release that finds the mark publishes (setnx); the other modes publish on every
     /// release and have no mark.
     pub(crate) waited_mark: bool,
+    /// Helper keys every call of this mode declares right after the lock key (the
+    /// read/write lock's readers and intents): state kept beside the lock that its scripts
+    /// read and write on every call.
+    pub(crate) helpers: &'static [Kind],
+    /// A waiter's busy attempt registers an intent that keeps newcomers out until it comes
+    /// back (the write side of a read/write lock). A waiter that gives up sends the release
+    /// of the acquisition it never got, which withdraws the intent and wakes those it kept
+    /// out.
+    pub(crate) intents: bool,
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
     pub(crate) extend: Lua,
@@ -128,12 +137,10 @@ impl Algorithm {
             .rposition(|a| !a.is_empty())
             .map_or(0, |i| i + 1);
         let names = key.members();
-        let keys = names.len() * (1 + usize::from(self.waited_mark));
-        let bytes = keys * (key.lock().len() + 8) + args.iter().map(|a| a.len()).sum::<usize>();
+        let keys = names.len() * (1 + self.helpers.len() + usize::from(self.waited_mark));
+        let bytes = keys * (key.lock().len() + 10) + args.iter().map(|a| a.len()).sum::<usize>();
         let mut cmd = evalsha(&self.release, keys, keys + sent, bytes);
-        for name in names {
-            cmd.arg(name.lock());
-        }
+        self.lock_keys(&mut cmd, names);
         if self.waited_mark {
             for name in names {
                 cmd.arg(name.helper_arg(Kind::Waited));
@@ -143,6 +150,19 @@ impl Algorithm {
             cmd.arg(*arg);
         }
         cmd
+    }
+
+    /// The keys every call declares first: each name's lock key, then each name's helper
+    /// keys of this mode.
+    pub(crate) fn lock_keys(&self, cmd: &mut Cmd, names: &[LockKey]) {
+        for name in names {
+            cmd.arg(name.lock());
+        }
+        for &kind in self.helpers {
+            for name in names {
+                cmd.arg(name.helper_arg(kind));
+            }
+        }
     }
 
     /// Sends a [`release_cmd`](Self::release_cmd); `false` when the lock was not ours
@@ -177,11 +197,10 @@ impl Algorithm {
     /// acquisition is still held.
     pub(crate) fn extend_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64) -> Cmd {
         let names = key.members();
-        let bytes = names.len() * (key.lock().len() + 8) + id.owner.len() + id.nonce.len() + 16;
-        let mut cmd = evalsha(&self.extend, names.len(), names.len() + 3, bytes);
-        for name in names {
-            cmd.arg(name.lock());
-        }
+        let keys = names.len() * (1 + self.helpers.len());
+        let bytes = keys * (key.lock().len() + 10) + id.owner.len() + id.nonce.len() + 16;
+        let mut cmd = evalsha(&self.extend, keys, keys + 3, bytes);
+        self.lock_keys(&mut cmd, names);
         cmd.arg(&*id.owner).arg(ttl_ms).arg(&*id.nonce);
         cmd
     }

@@ -5,5 +5,6 @@
 -- no release falls between the two unheard. The mark lives ARGV[1] ms, the election's ttl;
 -- the observer reads (and marks) again by then. A free lock is marked too: the next holder's
 -- release then publishes, which observers want to hear.
--- KEYS[4] the lock's waited-for mark (its slot), ARGV[1] the mark's lifetime in milliseconds.
-redis.call('set', KEYS[4], '1', 'PX', ARGV[1])
+-- KEYS[6] the lock's waited-for mark (its slot; KEYS[1] to KEYS[5] are the inspection's),
+-- ARGV[1] the mark's lifetime in milliseconds.
+redis.call('set', KEYS[6], '1', 'PX', ARGV[1])

@@ -363,10 +363,12 @@ async fn read_node(
     mark_ms: &str,
 ) -> Result<(LockInfo, Option<Described>), Error> {
     let mut conn = node.conn.clone();
-    let mut cmd = evalsha(&OBSERVE, 4, 5, 4 * key.lock().len() + 64);
+    let mut cmd = evalsha(&OBSERVE, 6, 7, 6 * key.lock().len() + 80);
     cmd.arg(key.lock())
         .arg(key.helper_arg(Kind::Fence))
         .arg(key.helper_arg(Kind::Forced))
+        .arg(key.helper_arg(Kind::Readers))
+        .arg(key.helper_arg(Kind::Intents))
         .arg(key.helper_arg(Kind::Waited))
         .arg(mark_ms);
     let reply: Value = within(limit, invoke(&OBSERVE, &cmd, &mut conn))

@@ -21,6 +21,7 @@ use crate::mode::LockMode;
 use crate::nodes::records;
 use crate::telemetry;
 
+mod rwlock;
 mod semaphore;
 
 pub use semaphore::Permit;
@@ -145,10 +146,12 @@ impl Client {
         let mut first: Option<Result<LockInfo, Error>> = None;
         for node in &self.inner().nodes.nodes {
             let mut conn = node.conn.clone();
-            let mut cmd = evalsha(&INSPECT, 3, 3, 3 * key.lock().len() + 32);
+            let mut cmd = evalsha(&INSPECT, 5, 5, 5 * key.lock().len() + 48);
             cmd.arg(key.lock())
                 .arg(key.helper_arg(Kind::Fence))
-                .arg(key.helper_arg(Kind::Forced));
+                .arg(key.helper_arg(Kind::Forced))
+                .arg(key.helper_arg(Kind::Readers))
+                .arg(key.helper_arg(Kind::Intents));
             let reply: Result<Value, _> = invoke(&INSPECT, &cmd, &mut conn).await;
             let mut info = reply
                 .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
@@ -199,12 +202,14 @@ impl Client {
             let sharded = if node.conn.sharded() { "s" } else { "" };
             let mut cmd = evalsha(
                 &FORCE_UNLOCK,
-                2,
-                7,
-                2 * key.lock().len() + reason.len() + 256,
+                4,
+                9,
+                4 * key.lock().len() + reason.len() + 256,
             );
             cmd.arg(key.lock())
                 .arg(key.helper_arg(Kind::Forced))
+                .arg(key.helper_arg(Kind::Readers))
+                .arg(key.helper_arg(Kind::Intents))
                 .arg(reason)
                 .arg(&by)
                 .arg(FORCED_RECORD_KEPT.as_millis() as u64)
@@ -383,7 +388,7 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
     let Value::Array(items) = reply else {
         return Err(bad());
     };
-    let [kind, pttl, payload, counter, forced, now] = items.as_slice() else {
+    let [kind, pttl, payload, counter, forced, now, readers, intents] = items.as_slice() else {
         return Err(bad());
     };
     let kind = text(kind).ok_or_else(bad)?;
@@ -465,7 +470,8 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
                 description_read = d;
                 info.fencing_token = field("fence").and_then(|f| f.parse().ok());
             } else {
-                description_read = parse_rw(&mut info, &fields, now);
+                let sets = [pairs(readers), pairs(intents)];
+                description_read = rwlock::parse(&mut info, &fields, &sets, now);
             }
         }
         "zset" if pttl.is_some() => {
@@ -494,63 +500,6 @@ fn earliest(owner: &str, descriptions: &[&str]) -> (Holder, Option<Described>) {
         .map(|d| described(owner.to_owned(), d))
         .min_by_key(|(h, _)| h.acquired_at)
         .unwrap_or_else(|| described(owner.to_owned(), ""))
-}
-
-/// A read/write hash (layout in `rwlock/prelude.lua`), read as the scripts would: leases and
-/// intents that have ended by the server's clock count as gone.
-fn parse_rw(info: &mut LockInfo, fields: &[(String, String)], now: i64) -> Option<Described> {
-    let mut description_read = None;
-    let field = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
-    let ms = |v: &str| v.parse::<i64>().ok();
-    let writer_until = field("writer-until").and_then(ms);
-    if let (Some(writer), Some(until)) = (field("writer"), writer_until) {
-        if until > now {
-            let holds: Vec<&str> = fields
-                .iter()
-                .filter(|(f, _)| f.starts_with("w:"))
-                .map(|(_, v)| v.as_str())
-                .collect();
-            info.mode = Some(LockMode::Write);
-            info.hold_count = holds.len() as u32;
-            let (holder, d) = earliest(writer, &holds);
-            info.holder = Some(holder);
-            description_read = d;
-            info.fencing_token = field("writer-fence").and_then(|f| f.parse().ok());
-        }
-    }
-    for (f, v) in fields {
-        if let Some(owner) = f.strip_prefix("read-until:") {
-            let Some(until) = ms(v).filter(|u| *u > now) else {
-                continue;
-            };
-            let holds = fields
-                .iter()
-                .filter(|(g, o)| g.starts_with("r:") && o == owner)
-                .count() as u32;
-            if holds > 0 {
-                info.readers.push(Reader {
-                    owner: owner.to_owned(),
-                    holds,
-                    remaining: Duration::from_millis((until - now) as u64),
-                });
-            }
-        } else if let Some(owner) = f.strip_prefix("intent:") {
-            if ms(v).is_some_and(|u| u > now) {
-                info.waiting_writers.push(owner.to_owned());
-            }
-        }
-    }
-    info.readers.sort_by(|a, b| a.owner.cmp(&b.owner));
-    info.waiting_writers.sort();
-    if info.mode.is_none() && !info.readers.is_empty() {
-        info.mode = Some(LockMode::Read);
-        info.hold_count = info.readers.iter().map(|r| r.holds).sum();
-        info.fencing_token = info.last_fencing_token;
-    }
-    if info.mode.is_none() && info.waiting_writers.is_empty() {
-        info.remaining = None;
-    }
-    description_read
 }
 
 #[cfg(test)]

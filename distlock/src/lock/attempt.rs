@@ -369,6 +369,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
         hold: plan.hold(plan.fresh_id()),
         ttl: plan.ttl,
         armed: false,
+        intent: false,
     };
     loop {
         attempts += 1;
@@ -398,7 +399,8 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             Ok(Attempt::Acquired { fence }) => {
                 let lease = Arc::new(LeaseState::new(sent, plan.ttl, plan.labels.clone()));
                 if lease.is_valid() {
-                    pending.armed = false;
+                    // Taking the lock withdrew the intent.
+                    (pending.armed, pending.intent) = (false, false);
                     let guard = plan.guard(pending.hold.id.clone(), fence, sent, lease);
                     return Ok((guard, attempts));
                 }
@@ -414,6 +416,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             // The scripts check for this acquisition's own hold, so busy means not ours.
             Ok(Attempt::Busy { holder_ttl, member }) => {
                 pending.armed = false;
+                pending.intent |= waits && plan.algorithm.intents;
                 // A set waits for the release of the name found busy.
                 if let Some(name) = plan.key.members().get(member) {
                     waiter.listen_to(name);
@@ -507,18 +510,24 @@ impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
     }
 }
 
-/// An acquisition that may hold the lock without knowing it; see `LockRequest::acquire`.
+/// An acquisition that may hold the lock without knowing it (see `LockRequest::acquire`), or
+/// that left an intent on the server.
 struct Pending {
     hold: Hold,
     ttl: Duration,
     armed: bool,
+    /// A busy answer registered this waiter's intent (see `Algorithm::intents`): if the
+    /// acquisition ends without the lock (its wait ran out, an error, the future dropped), its
+    /// release withdraws the intent, so the newcomers it kept out need not sleep until it
+    /// lapses.
+    intent: bool,
 }
 
 impl Pending {
     /// Releases the acquisition in the background, with the same id: idempotent, and it frees
-    /// nothing but this acquisition's own hold.
+    /// nothing but this acquisition's own hold (or withdraws its intent).
     fn give_back(&mut self) {
-        self.armed = false;
+        (self.armed, self.intent) = (false, false);
         // Whatever an attempt took expires within a ttl of now: no use retrying past that.
         let until = Instant::now() + self.ttl;
         self.hold.clone().release_in_background(Some(until));
@@ -527,7 +536,7 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if self.armed {
+        if self.armed || self.intent {
             self.give_back();
         }
     }

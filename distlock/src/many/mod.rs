@@ -25,6 +25,8 @@ pub(crate) static MANY: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: false,
     plain_acquire: false,
     waited_mark: true,
+    helpers: &[],
+    intents: false,
     quorum: true,
     acquire: Lua::new(concat!(
         include_str!("../fence.lua"),

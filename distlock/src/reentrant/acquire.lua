@@ -77,12 +77,11 @@ if left == -1 then
   return {-1, 'hash without expiry'}
 end
 if not owner then
-  -- A hash that expires but has no owner: the read/write lock of the same name, or the
-  -- application's own hash.
-  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
-    if f == 'mode' or f == 'writer' or string.sub(f, 1, 7) == 'intent:' then
-      return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
-    end
+  -- A hash that expires but has no owner: the read/write lock of the same name (its marker
+  -- field, looked up rather than scanned for: a crowd of readers makes the hash large), or
+  -- the application's own hash.
+  if redis.call('hexists', KEYS[1], 'rwlock') == 1 then
+    return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
   end
   return {-1, 'hash that is not a reentrant lock'}
 end

@@ -18,6 +18,8 @@ pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: false,
     plain_acquire: false,
     waited_mark: false,
+    helpers: &[],
+    intents: false,
     quorum: false,
     acquire: crate::algorithm::Lua::new(concat!(
         include_str!("../fence.lua"),

@@ -1,5 +1,6 @@
 -- Take or re-enter the read lock.
--- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
+-- KEYS[1] lock hash, KEYS[2] readers, KEYS[3] intents, KEYS[4] fencing counter (all one
+-- slot; the counter declared only when ARGV[7] is '1';
 -- ARGV[8], the setnx lock's waits flag, is unused: these modes publish on every release)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
 -- ARGV[7] '1' to return the fencing counter (not read otherwise);
@@ -13,15 +14,14 @@
 -- reader would order nothing. They get its current value, the latest write tenure's token.
 local owner, ttl, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[5]
 local now = server_ms()
-local s, refused = load(now)
+local s, refused = load(now, owner)
 if not s then
   return refused
 end
-local mine = s.readers[owner] ~= nil
 -- This acquisition retried after its reply was lost, re-entry by a reader, or the writer
 -- taking the read lock too (the way to downgrade): all already exclude every other writer,
 -- so waiting writers do not hold them up.
-if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) then
+if s.own or s.writer == owner or (not s.writer and not others_intend(s, owner, now)) then
   local fence, bad = -1, nil
   if FENCING then
     fence, bad = current_fence()
@@ -32,14 +32,16 @@ if mine or s.writer == owner or (not s.writer and not others_intend(s, owner)) t
     end
     return {-1, bad}
   end
-  if s.reads[nonce] ~= owner then
-    add_read(s, owner, nonce, now, ttl)
-  else
+  if has(s.own, nonce) then
     -- This acquisition retried after its reply was lost: the client measures the lease from
     -- the retry, so the server must renew it from now too (spec/: found by the rwlock model).
     renew_read(s, owner, now, ttl)
+  else
+    add_read(s, owner, nonce, now, ttl)
   end
-  settle(s, now)
+  if s.dirty then
+    settle(s, now)
+  end
   return {1, fence}
 end
 if s.dirty then
@@ -50,6 +52,7 @@ if s.writer then
   return {0, s.wuntil - now}
 end
 -- Only waiting writers keep this reader out. No time is given: they take the lock as soon
--- as the current readers leave, and their release wakes this reader. Reporting the intent's
--- end instead would let this process's waiters sleep past the moment the writer renews it.
+-- as the current readers leave, and their release wakes this reader (as does a writer that
+-- gives up: see write_release.lua). Reporting the intent's end instead would let this
+-- process's waiters sleep past the moment the writer renews it.
 return {0, -1}

@@ -1,37 +1,44 @@
 -- Give back one read acquisition. When the last reader leaves, wake waiters: every one of
 -- them if writers registered intents (readers waiting behind those intents share the channel,
 -- and a single wake-up could land on one of them instead of a writer), else one.
--- KEYS[1] lock hash, whose string is also its wake-up channel (these modes publish on every
--- release, best-effort: see setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's
--- nonce (ARGV[3], a wake-up id, is unused: these modes do not run on a quorum), ARGV[4] 's'
--- to publish with SPUBLISH (Redis Cluster); trailing empty arguments are left off.
+-- KEYS[1] lock hash, whose string is also its wake-up channel, KEYS[2] readers, KEYS[3]
+-- intents (all one slot; these modes publish on every release, best-effort: see
+-- setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's nonce (ARGV[3], a wake-up
+-- id, is unused: these modes do not run on a quorum), ARGV[4] 's' to publish with SPUBLISH
+-- (Redis Cluster); trailing empty arguments are left off.
 -- Returns 1 when the acquisition was given back, 0 when it is not held here (expired, or
 -- already given back by an earlier try of this release). Other readers' holds are never
 -- touched.
 local owner, nonce = ARGV[1], ARGV[2]
 local now = server_ms()
-local s = load(now)
+local s = load(now, owner)
 if not s then
   return 0
 end
-if s.reads[nonce] ~= owner then
+if not has(s.own, nonce) then
   if s.dirty then
     settle(s, now)
   end
   return 0
 end
-local r = s.readers[owner]
-s.reads[nonce] = nil
-r.count = r.count - 1
-if r.count > 0 then
-  redis.call('hdel', KEYS[1], 'r:' .. nonce)
-else
-  redis.call('hdel', KEYS[1], 'r:' .. nonce, 'read-until:' .. owner)
-  s.readers[owner] = nil
-  s.nreaders = s.nreaders - 1
+local rest = without(s.own, nonce)
+if rest ~= '' then
+  -- The owner reads on with its other holds: its lease, and so the lock, stays as it is.
+  redis.call('hset', LOCK, 'r:' .. owner, rest)
+  if s.dirty then
+    settle(s, now)
+  end
+  return 1
 end
-settle(s, now)
-if s.nreaders == 0 and not s.writer then
-  redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1], s.nintents > 0 and 'all' or '')
+redis.call('hdel', LOCK, 'r:' .. owner)
+redis.call('zrem', READERS, owner)
+if settle(s, now, s.ends) then
+  -- Expired readers only: intents are cleared by the writers' calls.
+  prune(now, true)
+end
+if s.readers_until <= now and not s.writer then
+  local intents_until = s.intents_until or latest(INTENTS)
+  redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,
+    intents_until > now and 'all' or '')
 end
 return 1

@@ -1,9 +1,11 @@
 -- Take or re-enter the write lock; a writer that has to wait registers its intent, which
 -- keeps new readers out until it got its turn (writer preference).
--- KEYS[1] lock hash, KEYS[2] fencing counter (same slot; declared only when ARGV[7] is '1';
+-- KEYS[1] lock hash, KEYS[2] readers, KEYS[3] intents, KEYS[4] fencing counter (all one
+-- slot; the counter declared only when ARGV[7] is '1';
 -- ARGV[8] '1' when the caller waits: only then does a busy answer register its intent)
 -- ARGV[1] owner (client id : context), ARGV[2] ttl in ms, ARGV[5] the acquisition's nonce,
--- ARGV[6] who takes it (the value of its `w:` field, for inspection; never compared),
+-- ARGV[6] who takes it (kept as `writer-holder` for the tenure's first, for inspection; never
+-- compared),
 -- ARGV[7] '1' to mint a fencing token (a tenure taken without one mints it at the first
 -- re-entry that asks);
 -- ARGV[3] (retry) and ARGV[4] (want the holder's ttl) are unused: the nonce makes a retry
@@ -14,40 +16,38 @@
 -- is held as a lock of another mode.
 local owner, ttl, nonce, holder = ARGV[1], tonumber(ARGV[2]), ARGV[5], ARGV[6]
 local now, now_us = server_ms()
-local s, refused = load(now)
+local s, refused = load(now, owner)
 if not s then
   return refused
 end
 if s.writer == owner then
   -- Re-entry (or this acquisition retried) keeps the tenure's token and never shortens the
   -- lease.
-  if not s.writes[nonce] then
-    redis.call('hset', KEYS[1], 'w:' .. nonce, holder)
-    s.writes[nonce] = true
-    s.nwrites = s.nwrites + 1
+  if not has(s.wholds, nonce) then
+    s.wholds = s.wholds .. ' ' .. nonce
+    redis.call('hset', LOCK, 'writer-holds', s.wholds)
   end
   if now + ttl > s.wuntil then
     s.wuntil = now + ttl
-    redis.call('hset', KEYS[1], 'writer-until', int(s.wuntil))
+    redis.call('hset', LOCK, 'writer-until', int(s.wuntil))
+    stretch(s, now, s.wuntil)
   end
   if FENCING and s.wfence < 0 then
     -- The tenure was taken without a token and this acquisition asks for one: mint it now
     -- (the owner holds the lock, so it orders after every earlier tenure's).
-    local fence, bad = mint(KEYS[2], now_us)
+    local fence, bad = mint(FENCE, now_us)
     if not fence then
-      settle(s, now)
       return {-1, bad}
     end
     s.wfence = fence
-    redis.call('hset', KEYS[1], 'writer-fence', int(fence))
+    redis.call('hset', LOCK, 'writer-fence', int(fence))
   end
-  settle(s, now)
   if not FENCING then
     return {1, -1}
   end
   return {1, s.wfence}
 end
-if s.readers[owner] then
+if s.own then
   -- Upgrading cannot be allowed to wait: two readers upgrading would each wait for the other
   -- to leave, forever. Refuse at once instead (Redisson's read lock deadlocks here).
   if s.dirty then
@@ -55,10 +55,11 @@ if s.readers[owner] then
   end
   return {-2, 'upgrade'}
 end
-if not s.writer and s.nreaders == 0 then
+local readers_until = (s.writer or s.fresh) and 0 or latest(READERS)
+if not s.writer and readers_until <= now then
   local fence, bad = -1, nil
   if FENCING then
-    fence, bad = mint(KEYS[2], now_us)
+    fence, bad = mint(FENCE, now_us)
   end
   if not fence then
     -- The counter key holds the application's data; no hold was written.
@@ -67,17 +68,15 @@ if not s.writer and s.nreaders == 0 then
     end
     return {-1, bad}
   end
-  s.writer, s.wuntil, s.wfence = owner, now + ttl, fence
-  s.writes[nonce] = true
-  s.nwrites = 1
-  redis.call('hset', KEYS[1], 'writer', owner, 'writer-until', int(s.wuntil),
-    'writer-fence', fence < 0 and '' or int(fence), 'w:' .. nonce, holder)
-  if s.intents[owner] then
-    redis.call('hdel', KEYS[1], 'intent:' .. owner)
-    s.intents[owner] = nil
-    s.nintents = s.nintents - 1
+  s.writer, s.wuntil, s.wfence, s.wholds = owner, now + ttl, fence, nonce
+  redis.call('hset', LOCK, 'rwlock', '2', 'mode', 'write', 'writer', owner,
+    'writer-until', int(s.wuntil), 'writer-fence', fence < 0 and '' or int(fence),
+    'writer-holds', nonce, 'writer-holder', holder)
+  if not s.fresh then
+    prune(now)
+    redis.call('zrem', INTENTS, owner)
   end
-  settle(s, now)
+  stretch(s, now, s.wuntil)
   if not FENCING then
     return {1, -1}
   end
@@ -85,16 +84,15 @@ if not s.writer and s.nreaders == 0 then
 end
 -- Busy. A writer that waits (re)registers its intent, which must outlive the gap until its
 -- next attempt, so the answer tells it to come back within a third of it. A single try
--- registers none: it does not come back, and its intent would only keep new readers out,
--- with no release to wake them when it lapses.
+-- registers none: it does not come back, and its intent would only keep new readers out.
+-- (A waiter that gives up withdraws its intent with its release call: write_release.lua.)
 local intent_ms = math.min(ttl, INTENT_MAX_MS)
 if ARGV[8] == '1' then
-  s.intents[owner] = now + intent_ms
-  s.nintents = s.nintents + 1
-  redis.call('hset', KEYS[1], 'intent:' .. owner, int(now + intent_ms))
-  settle(s, now)
-elseif s.dirty then
+  local added = redis.call('zadd', INTENTS, int(now + intent_ms), owner) == 1
+  stretch(s, now, now + intent_ms, added and INTENTS)
+end
+if s.dirty then
   settle(s, now)
 end
-local free_at = s.writer and s.wuntil or readers_until(s)
+local free_at = s.writer and s.wuntil or readers_until
 return {0, math.max(1, math.min(free_at - now, math.floor(intent_ms / 3)))}

@@ -72,6 +72,8 @@ pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: false,
     plain_acquire: false,
     waited_mark: false,
+    helpers: &[],
+    intents: false,
     acquire: script!("acquire.lua"),
     release: script!("release.lua"),
     extend: script!("extend.lua"),

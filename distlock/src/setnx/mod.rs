@@ -19,6 +19,8 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     shared: false,
     plain_acquire: true,
     waited_mark: true,
+    helpers: &[],
+    intents: false,
     quorum: true,
     acquire: crate::algorithm::Lua::new(concat!(
         include_str!("../fence.lua"),

@@ -81,25 +81,30 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
     }
     let release = setnx.release_cmd(&key, &id(""), "", false, false);
     assert_eq!(declared(&release), [lock.clone(), waited]);
-    for mode in [
-        &*crate::reentrant::REENTRANT,
-        &*crate::rwlock::READ,
-        &*crate::rwlock::WRITE,
-        &*crate::semaphore::SEMAPHORE,
+    // A read/write lock's every call declares its readers and intents after the lock.
+    let rw = vec![
+        lock.clone(),
+        key.helper(Kind::Readers),
+        key.helper(Kind::Intents),
+    ];
+    for (mode, own) in [
+        (&*crate::reentrant::REENTRANT, vec![lock.clone()]),
+        (&*crate::rwlock::READ, rw.clone()),
+        (&*crate::rwlock::WRITE, rw.clone()),
+        (&*crate::semaphore::SEMAPHORE, vec![lock.clone()]),
     ] {
+        let fenced = [own.clone(), vec![fence.clone()]].concat();
         for waits in [false, true] {
             let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
-            assert_eq!(declared(&cmd), [&lock[..]], "{}", mode.mode);
+            assert_eq!(declared(&cmd), own, "{}", mode.mode);
             let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, true));
-            assert_eq!(
-                declared(&cmd),
-                [lock.clone(), fence.clone()],
-                "{}",
-                mode.mode
-            );
+            assert_eq!(declared(&cmd), fenced, "{}", mode.mode);
         }
         let release = mode.release_cmd(&key, &id("n"), "", true, false);
-        assert_eq!(declared(&release), [&lock[..]], "{}", mode.mode);
+        assert_eq!(declared(&release), own, "{}", mode.mode);
+    }
+    for mode in [&*crate::rwlock::READ, &*crate::rwlock::WRITE] {
+        assert_eq!(declared(&mode.extend_cmd(&key, &id("n"), 1000)), rw);
     }
     for mode in [
         &*super::SETNX,

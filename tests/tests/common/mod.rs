@@ -50,6 +50,16 @@ pub fn waited_key(name: &str) -> String {
     format!("distlock:#waited:{}", body(name))
 }
 
+/// A read/write lock's readers: a sorted set of owners scored by their lease's end.
+pub fn readers_key(name: &str) -> String {
+    format!("distlock:#readers:{}", body(name))
+}
+
+/// A read/write lock's waiting writers: a sorted set of owners scored by their intent's end.
+pub fn intents_key(name: &str) -> String {
+    format!("distlock:#intents:{}", body(name))
+}
+
 /// The lock key's remaining ttl in ms as the server sees it (-2: no key).
 pub async fn pttl(server: &RedisServer, name: &str) -> i64 {
     use redis::AsyncCommands;

@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{as_other_owner, channel, client, lock_key};
+use common::{as_other_owner, channel, client, lock_key, readers_key};
 use distlock::{distributed_lock, read_lock, write_lock, Client, Error, LockRequest};
 use distlock_testkit::{wait_until_async, FaultProxy, RedisServer, RedisServers};
 use redis::aio::MultiplexedConnection;
@@ -167,19 +167,21 @@ async fn assert_guard_within_server(
 }
 
 /// The lease the server holds for the only holder of `name` in `mode`, in ms: the key's PTTL,
-/// or for a reader its own `read-until:<owner>` field against the server clock (the key may
-/// live longer, for other readers or a writer's intent).
+/// or for a reader its own lease end (its score in the lock's readers) against the server
+/// clock (the key may live longer, for other readers or a writer's intent).
 async fn server_lease(raw: &MultiplexedConnection, name: &str, mode: &str) -> i64 {
     if mode != "read" {
         return pttl(raw, name).await;
     }
-    let fields: std::collections::HashMap<String, String> =
-        raw.clone().hgetall(lock_key(name)).await.expect("HGETALL");
-    let until: i64 = fields
-        .iter()
-        .find(|(f, _)| f.starts_with("read-until:"))
-        .map(|(_, v)| v.parse().expect("read-until is a number"))
-        .expect("the reader has a lease");
+    let readers: Vec<(String, i64)> = raw
+        .clone()
+        .zrange_withscores(readers_key(name), 0, -1)
+        .await
+        .expect("ZRANGE");
+    let [(_, until)] = readers.as_slice() else {
+        panic!("one reader with a lease expected: {readers:?}");
+    };
+    let until = *until;
     let (secs, micros): (i64, i64) = redis::cmd("TIME")
         .query_async(&mut raw.clone())
         .await

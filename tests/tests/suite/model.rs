@@ -248,6 +248,9 @@ fn admin() -> redis::Connection {
 }
 
 /// The lock key's type (`none` when absent) and its hash fields, or a semaphore's members.
+/// A read/write lock keeps its acquisitions' nonces in lists (`r:<owner>`, `writer-holds`):
+/// each nonce counts as a field of its own, `r:<nonce>` or `w:<nonce>`, as in the reentrant
+/// lock's `h:<nonce>`.
 fn key_state(lock: usize) -> (String, Vec<String>) {
     let mut con = admin();
     let kind: String = redis::cmd("TYPE")
@@ -255,10 +258,25 @@ fn key_state(lock: usize) -> (String, Vec<String>) {
         .query(&mut con)
         .expect("TYPE");
     let fields = match kind.as_str() {
-        "hash" => redis::cmd("HKEYS")
-            .arg(lock_key(lock))
-            .query(&mut con)
-            .expect("HKEYS"),
+        "hash" => {
+            let all: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(lock_key(lock))
+                .query(&mut con)
+                .expect("HGETALL");
+            let mut fields = Vec::new();
+            for (field, value) in all {
+                let per_nonce = if field.starts_with("r:") {
+                    "r:"
+                } else if field == "writer-holds" {
+                    "w:"
+                } else {
+                    fields.push(field);
+                    continue;
+                };
+                fields.extend(value.split_whitespace().map(|n| format!("{per_nonce}{n}")));
+            }
+            fields
+        }
         "zset" => redis::cmd("ZRANGE")
             .arg(lock_key(lock))
             .arg(0)

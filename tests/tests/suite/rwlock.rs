@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, channel, client, fence_key, lock_key, run_contenders, spawn_holder};
+use common::{
+    as_other_owner, channel, client, fence_key, intents_key, lock_key, readers_key, run_contenders,
+    spawn_holder,
+};
 use distlock::{Client, Error, LockMode};
 use distlock_testkit::{wait_until_async, FaultProxy, Observer, RedisServer};
 use redis::aio::MultiplexedConnection;
@@ -23,29 +26,39 @@ use redis::AsyncCommands;
 /// reaches it, and the test then fails instead of hanging.
 const EVENT_LIMIT: Duration = Duration::from_secs(10);
 
-/// The lock's hash, field by field, with the per-acquisition fields summed up per owner: one
-/// `read:<owner>` count in place of that owner's `r:<nonce>` fields, and `writer-count` in
-/// place of the `w:<nonce>` fields.
+/// The lock's state as one map, in the terms of its rules rather than its layout: `mode`,
+/// `writer`, `writer-until` and `writer-fence` as the hash holds them (its layout marker
+/// `rwlock` left out),
+/// `writer-count` for the number of write acquisitions, and per owner `read:<owner>` (its
+/// number of read acquisitions), `read-until:<owner>` (its lease end, from the readers' set)
+/// and `intent:<owner>` (its intent's end, from the intents' set). Entries the scripts have
+/// not cleared yet show too, as on the server.
 async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, String> {
     let raw_fields: HashMap<String, String> =
         raw.clone().hgetall(lock_key(name)).await.expect("HGETALL");
+    let count = |list: &str| list.split_whitespace().count().to_string();
     let mut view = HashMap::new();
-    let mut reads: HashMap<String, u64> = HashMap::new();
-    let mut writes = 0u64;
     for (field, value) in raw_fields {
-        if field.starts_with("r:") {
-            *reads.entry(value).or_default() += 1;
-        } else if field.starts_with("w:") {
-            writes += 1;
-        } else {
+        if let Some(owner) = field.strip_prefix("r:") {
+            view.insert(format!("read:{owner}"), count(&value));
+        } else if field == "writer-holds" {
+            view.insert("writer-count".to_owned(), count(&value));
+        } else if field != "writer-holder" && field != "rwlock" {
             view.insert(field, value);
         }
     }
-    for (owner, n) in reads {
-        view.insert(format!("read:{owner}"), n.to_string());
-    }
-    if writes > 0 {
-        view.insert("writer-count".to_owned(), writes.to_string());
+    for (key, kind) in [
+        (readers_key(name), "read-until"),
+        (intents_key(name), "intent"),
+    ] {
+        let members: Vec<(String, u64)> = raw
+            .clone()
+            .zrange_withscores(key, 0, -1)
+            .await
+            .expect("ZRANGE");
+        for (owner, until) in members {
+            view.insert(format!("{kind}:{owner}"), until.to_string());
+        }
     }
     view
 }
@@ -77,12 +90,19 @@ async fn server_ms(raw: &MultiplexedConnection) -> u64 {
     secs * 1000 + micros / 1000
 }
 
-async fn dump(raw: &MultiplexedConnection, name: &str) -> Vec<u8> {
-    redis::cmd("DUMP")
-        .arg(lock_key(name))
-        .query_async(&mut raw.clone())
-        .await
-        .expect("DUMP")
+/// Every key of the lock, serialized (the hash, its readers and its intents).
+async fn dump(raw: &MultiplexedConnection, name: &str) -> Vec<Option<Vec<u8>>> {
+    let mut all = Vec::new();
+    for key in [lock_key(name), readers_key(name), intents_key(name)] {
+        all.push(
+            redis::cmd("DUMP")
+                .arg(key)
+                .query_async(&mut raw.clone())
+                .await
+                .expect("DUMP"),
+        );
+    }
+    all
 }
 
 /// Waits until a writer has registered its intent (it tried once and found the lock busy).

@@ -105,6 +105,12 @@ fn int(v: &Value) -> i64 {
     }
 }
 
+/// A read/write lock helper key (`readers`, `intents`) beside the lock key `lock` (whose
+/// prefix is `distlock`): what inspect and force unlock declare for any name.
+fn rw_helper(lock: &str, kind: &str) -> String {
+    lock.replacen("distlock:", &format!("distlock:#{kind}:"), 1)
+}
+
 /// The second item of a `{status, value}` reply.
 fn second(v: &Value) -> i64 {
     match v {
@@ -403,13 +409,18 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         with_prelude("rwlock/write_release.lua"),
     );
     let extend = with_prelude("rwlock/extend.lua");
-    let (lock, fence) = ("distlock:{rw}", "distlock:#fence:{rw}");
+    let (lock, readers, intents, fence) = (
+        "distlock:{rw}",
+        "distlock:#readers:{rw}",
+        "distlock:#intents:{rw}",
+        "distlock:#fence:{rw}",
+    );
     let long = "100000000";
     let r = run(
         &mut c,
         "fenced write",
         &write,
-        &[lock, fence],
+        &[lock, readers, intents, fence],
         &["w:1", long, "0", "0", "n1", "h", "1"],
     )
     .await;
@@ -419,7 +430,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "fenced read",
         &read,
-        &[lock, fence],
+        &[lock, readers, intents, fence],
         &["w:1", long, "0", "0", "n2", "h", "1"],
     )
     .await;
@@ -430,19 +441,41 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
             &mut c,
             "busy write",
             &write,
-            &[lock],
+            &[lock, readers, intents],
             &["w:2", "1000", "0", "0", "n3", "h", "0", "1"]
         )
         .await),
         0
     );
-    assert!(int(&run(&mut c, "extend", &extend, &[lock], &["w:1", long, "n1"]).await) > 0);
+    assert!(
+        int(&run(
+            &mut c,
+            "extend",
+            &extend,
+            &[lock, readers, intents],
+            &["w:1", long, "n1"]
+        )
+        .await)
+            > 0
+    );
+    // The waiting writer gives up: its release withdraws the intent.
+    assert_eq!(
+        int(&run(
+            &mut c,
+            "withdraw",
+            &write_release,
+            &[lock, readers, intents],
+            &["w:2", "n3", "", "s"]
+        )
+        .await),
+        0
+    );
     assert_eq!(
         int(&run(
             &mut c,
             "write release",
             &write_release,
-            &[lock],
+            &[lock, readers, intents],
             &["w:1", "n1", "", "s"]
         )
         .await),
@@ -453,7 +486,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
             &mut c,
             "read release",
             &read_release,
-            &[lock],
+            &[lock, readers, intents],
             &["w:1", "n2"]
         )
         .await),
@@ -463,11 +496,42 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "fenced write",
         &write,
-        &[lock, fence],
+        &[lock, readers, intents, fence],
         &["w:2", long, "0", "0", "n4", "h", "1"],
     )
     .await;
     assert!(second(&r) > token);
+    // A reader of another owner waits behind it, and an operator looks and then forces.
+    let _ = run(
+        &mut c,
+        "busy read",
+        &read,
+        &[lock, readers, intents],
+        &["w:3", "1000", "0", "0", "n5", "h", "0", "1"],
+    )
+    .await;
+    let forced = "distlock:#forced:{rw}";
+    let (inspect, force) = (
+        script(&["inspect/inspect.lua"]),
+        script(&["inspect/force_unlock.lua"]),
+    );
+    run(
+        &mut c,
+        "inspect",
+        &inspect,
+        &[lock, fence, forced, readers, intents],
+        &[],
+    )
+    .await;
+    let r = run(
+        &mut c,
+        "force unlock",
+        &force,
+        &[lock, forced, readers, intents],
+        &["why", "host=h\tpid=1", "604800000", "", "s"],
+    )
+    .await;
+    assert_eq!(int(&r), 1);
 }
 
 #[tokio::test]
@@ -509,12 +573,20 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         .query_async(&mut c)
         .await
         .expect("SET");
-    run(&mut c, "inspect", &inspect, &[lock, fence, forced], &[]).await;
+    let (readers, intents) = (rw_helper(lock, "readers"), rw_helper(lock, "intents"));
+    run(
+        &mut c,
+        "inspect",
+        &inspect,
+        &[lock, fence, forced, &readers, &intents],
+        &[],
+    )
+    .await;
     let r = run(
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced],
+        &[lock, forced, &readers, &intents],
         &["why", "host=h\tpid=1", "604800000", "", "s"],
     )
     .await;
@@ -610,12 +682,20 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
     );
     let inspect = script(&["inspect/inspect.lua"]);
     let force = script(&["inspect/force_unlock.lua"]);
-    run(&mut c, "inspect", &inspect, &[lock, fence, forced], &[]).await;
+    let (readers, intents) = (rw_helper(lock, "readers"), rw_helper(lock, "intents"));
+    run(
+        &mut c,
+        "inspect",
+        &inspect,
+        &[lock, fence, forced, &readers, &intents],
+        &[],
+    )
+    .await;
     let r = run(
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced],
+        &[lock, forced, &readers, &intents],
         &["why", "host=h\tpid=1", "604800000", "", ""],
     )
     .await;

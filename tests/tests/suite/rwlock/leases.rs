@@ -152,13 +152,15 @@ async fn the_watchdog_renews_each_side_per_owner_and_reports_a_lost_lease() {
         .expect("the second reader");
     // Take away one reader's share, as if its lease had run out: its next renewal is refused
     // and its guard reports the loss. The other reader's lease is untouched and renewed on.
+    let victim_owner = victim.strip_prefix("read:").expect("a reader's entry");
     let _: () = raw
-        .hdel(
-            lock_key("dog"),
-            &[victim.clone(), victim.replacen("read:", "read-until:", 1)],
-        )
+        .hdel(lock_key("dog"), format!("r:{victim_owner}"))
         .await
         .expect("HDEL");
+    let _: () = raw
+        .zrem(readers_key("dog"), victim_owner)
+        .await
+        .expect("ZREM");
     let err = tokio::time::timeout(EVENT_LIMIT, lost.lost())
         .await
         .expect("the loss is reported");

@@ -1,5 +1,5 @@
 //! Wake-ups: a writer's release wakes every waiting reader, also readers that join a
-//! subscription after a release they did not hear.
+//! subscription after a release they did not hear, and so does a waiting writer that gives up.
 
 use super::*;
 
@@ -113,4 +113,73 @@ async fn all_get_in_soon(readers: &mut tokio::task::JoinSet<Instant>, released: 
             "a reader got in only after {woken:?}"
         );
     }
+}
+
+/// A waiting writer that gives up, by its wait running out or by its future being dropped,
+/// withdraws its intent and wakes the readers it kept out: they get in at once, not when the
+/// intent lapses (its ttl, at most 2 s, after the writer's last attempt, which comes at most
+/// a third of that before it gives up: so at least 1.3 s later; nothing announced the lapse
+/// before this was fixed, so the readers then also slept out their capped pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_withdraws_its_intent_and_wakes_the_readers() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let raw = server.async_connection().await;
+    let inside = locks
+        .read("quit")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .expect("free");
+    for dropped in [false, true] {
+        let writer = {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                let waiting = locks
+                    .write("quit")
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_millis(if dropped { 5_000 } else { 800 }))
+                    .acquire();
+                let outcome = if dropped {
+                    tokio::time::timeout(Duration::from_millis(800), waiting)
+                        .await
+                        .map_or_else(|_| "dropped".to_owned(), |r| format!("{r:?}"))
+                } else {
+                    format!("{:?}", waiting.await)
+                };
+                (Instant::now(), outcome)
+            }))
+        };
+        until_a_writer_waits(&raw, "quit").await;
+        // A new reader (another owner) is kept out by the intent.
+        let reader = {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                let g = locks
+                    .read("quit")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .expect("the reader gets in");
+                (Instant::now(), g)
+            }))
+        };
+        let (gave_up, outcome) = writer.await.expect("writer task");
+        assert!(
+            outcome == "dropped" || outcome.contains("Timeout"),
+            "the writer: {outcome}"
+        );
+        let (got_in, g) = tokio::time::timeout(EVENT_LIMIT, reader)
+            .await
+            .expect("the reader gets in")
+            .expect("reader task");
+        let late = got_in.saturating_duration_since(gave_up);
+        assert!(
+            late < Duration::from_millis(1000),
+            "dropped: {dropped}: the reader got in {late:?} after the writer gave up"
+        );
+        assert!(owners(&fields(&raw, "quit").await, "intent").is_empty());
+        g.release().await.expect("release");
+    }
+    inside.release().await.expect("release");
 }
