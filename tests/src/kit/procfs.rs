@@ -55,6 +55,36 @@ pub(crate) fn owns_loopback_listener(pid: u32, port: u16) -> bool {
         .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
 }
 
+/// `st` column value of an established connection in `/proc/net/tcp`.
+const TCP_ESTABLISHED: &str = "01";
+
+/// Bytes received and not yet read on the server side of every established IPv4 connection to
+/// `127.0.0.1:port`: what a server frozen by SIGSTOP was sent since it stopped (a request
+/// that reached it, as an event a test can wait for instead of a fixed time).
+pub(crate) fn unread_bytes_at(port: u16) -> u64 {
+    let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
+        return 0;
+    };
+    let wanted = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [_, local, _, state, queues, ..]
+                    if *local == wanted && *state == TCP_ESTABLISHED =>
+                {
+                    // `tx_queue:rx_queue`, in hex.
+                    let (_, rx) = queues.split_once(':')?;
+                    u64::from_str_radix(rx, 16).ok()
+                }
+                _ => None,
+            }
+        })
+        .sum()
+}
+
 /// User + system CPU time `pid` has used so far, from `/proc/<pid>/stat` (in clock ticks, so
 /// to 10 ms); zero if the process is gone. For benchmarks: what a `redis-server` spent.
 pub fn cpu_time(pid: u32) -> Duration {

@@ -321,6 +321,12 @@ impl RedisServer {
         );
     }
 
+    /// Bytes sent to this server and not yet read by it, over all its connections: while it
+    /// is [`pause`](Self::pause)d, what reached it since (a request written, as an event).
+    pub fn unread_bytes(&self) -> u64 {
+        procfs::unread_bytes_at(self.port)
+    }
+
     /// Undoes [`pause`](Self::pause) with SIGCONT. No-op if not paused.
     pub fn resume(&mut self) {
         if !self.paused {

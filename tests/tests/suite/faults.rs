@@ -361,14 +361,18 @@ async fn a_cancelled_acquire_is_given_back_once_the_server_answers() {
         load_scripts(&locks, mode).await;
         let executed = evalsha_calls(&server);
         server.pause();
-        let cancelled = tokio::time::timeout(
-            Duration::from_millis(50),
-            request(&locks, mode, &name)
-                .ttl(Duration::from_secs(30))
-                .acquire(),
-        )
-        .await;
-        assert!(cancelled.is_err(), "{mode}: a frozen server answered");
+        let unread = server.unread_bytes();
+        // Cancelled once its request reached the frozen server (an event, not a fixed time
+        // that a loaded machine could spend before the request was written).
+        let reached = wait_until_async(EVENT_LIMIT, || async { server.unread_bytes() > unread });
+        let cancelled = tokio::select! {
+            _ = request(&locks, mode, &name).ttl(Duration::from_secs(30)).acquire() => false,
+            written = reached => written,
+        };
+        assert!(
+            cancelled,
+            "{mode}: a frozen server answered, or the request never reached it"
+        );
         server.resume();
         // The request reaches the server, which grants it to nobody; the background release
         // must free it long before its 30 s lease ends.
