@@ -9,6 +9,22 @@ use std::time::{Duration, Instant};
 
 /// Lease of every lock in every scenario: long enough that nothing expires mid-round.
 pub const TTL: Duration = Duration::from_secs(10);
+
+/// `distributed-lock-redis` on `urls` (one node, or a quorum's), set up as every scenario runs
+/// it: the bench's ttl, valid for 90 % of it, extended every third.
+pub async fn dl_redis_provider(
+    urls: &[impl AsRef<str>],
+) -> Result<distributed_lock_redis::RedisLockProvider, String> {
+    distributed_lock_redis::RedisLockProvider::builder()
+        .urls(urls)
+        .expiry(TTL)
+        .min_validity(TTL * 9 / 10)
+        .extension_cadence(TTL / 3)
+        .build()
+        .await
+        .map_err(|e| format!("connect failed: {e}"))
+}
+
 /// The peers' retry delay. Their default (200 ms) would leave them idle most of a contended
 /// round; 2 ms is distlock's first pause. Both peers draw a uniform delay from [0, this).
 const PEER_RETRY_DELAY_MS: u32 = 2;
@@ -217,14 +233,7 @@ impl Kind {
                 Arc::new(Redlock(Arc::new(redlock)))
             }
             Kind::DlRedis => {
-                let provider = distributed_lock_redis::RedisLockProvider::builder()
-                    .urls(urls)
-                    .expiry(TTL)
-                    .min_validity(TTL * 9 / 10)
-                    .extension_cadence(TTL / 3)
-                    .build()
-                    .await
-                    .map_err(|e| failed(&e))?;
+                let provider = dl_redis_provider(urls).await?;
                 Arc::new(DlRedis(provider))
             }
             Kind::Limit if quorum => {
@@ -311,14 +320,7 @@ impl Kind {
                         .collect::<Vec<_>>()
                         .join("&")
                 );
-                let provider = distributed_lock_redis::RedisLockProvider::builder()
-                    .url(url)
-                    .expiry(TTL)
-                    .min_validity(TTL * 9 / 10)
-                    .extension_cadence(TTL / 3)
-                    .build()
-                    .await
-                    .map_err(|e| failed(&e))?;
+                let provider = dl_redis_provider(&[url]).await?;
                 Arc::new(DlRedis(provider))
             }
             Kind::Limit => Arc::new(Limit::connect_cluster(urls).await.map_err(|e| failed(&e))?),

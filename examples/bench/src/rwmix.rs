@@ -84,16 +84,7 @@ async fn connect(kind: Kind, url: &str) -> Result<Arc<dyn RwLock>, String> {
                 .await
                 .map_err(|e| failed(&e))?,
         )),
-        Kind::DlRedis => Arc::new(DlRedis(
-            distributed_lock_redis::RedisLockProvider::builder()
-                .url(url)
-                .expiry(TTL)
-                .min_validity(TTL * 9 / 10)
-                .extension_cadence(TTL / 3)
-                .build()
-                .await
-                .map_err(|e| failed(&e))?,
-        )),
+        Kind::DlRedis => Arc::new(DlRedis(crate::columns::dl_redis_provider(&[url]).await?)),
         other => return Err(skips(other).unwrap_or("no read/write lock").to_owned()),
     })
 }

@@ -77,16 +77,7 @@ pub async fn connect(kind: Kind, url: &str) -> Result<Arc<dyn Permits>, String> 
                 .await
                 .map_err(|e| failed(&e))?,
         )),
-        Kind::DlRedis => Arc::new(DlRedis(
-            distributed_lock_redis::RedisLockProvider::builder()
-                .url(url)
-                .expiry(TTL)
-                .min_validity(TTL * 9 / 10)
-                .extension_cadence(TTL / 3)
-                .build()
-                .await
-                .map_err(|e| failed(&e))?,
-        )),
+        Kind::DlRedis => Arc::new(DlRedis(crate::columns::dl_redis_provider(&[url]).await?)),
         Kind::Limit => Arc::new(Limit {
             conn: redis::Client::open(url)
                 .map_err(|e| failed(&e))?
