@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{as_other_owner, client};
 use distlock::{Client, Error};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{wait_until_async, RedisServer};
 use rand::Rng;
 
 /// A waiter's whole wait: with the hook on, only a missed wake-up reaches it.
@@ -244,4 +244,71 @@ async fn a_writers_single_try_keeps_no_reader_out() {
         .expect("a writer that tried once keeps no new reader out");
     b.release().await.expect("release");
     a.release().await.expect("release");
+}
+
+/// Intents of waiting writers on `name` (the sorted set beside the lock).
+async fn intents(raw: &redis::aio::MultiplexedConnection, name: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(common::intents_key(name))
+        .query_async(&mut raw.clone())
+        .await
+        .expect("ZCARD")
+}
+
+/// A waiting writer keeps new readers out with its intent. When it gives up (its wait runs
+/// out, or its future is dropped), it withdraws the intent and wakes them. Before, the intent
+/// lapsed by itself (its ttl, at most 2 s, after the writer's last attempt) with nothing to
+/// announce it: with the hook on, the reader kept out then sleeps its whole wait and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_withdraws_its_intent_and_wakes_the_readers() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let raw = server.async_connection().await;
+    let inside = locks
+        .read("quit")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("free");
+    for dropped in [false, true] {
+        let writer = {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                let waiting = locks
+                    .write("quit")
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_millis(if dropped { 5_000 } else { 800 }))
+                    .acquire();
+                if dropped {
+                    tokio::time::timeout(Duration::from_millis(800), waiting)
+                        .await
+                        .map_or_else(|_| "dropped".to_owned(), |r| format!("{r:?}"))
+                } else {
+                    format!("{:?}", waiting.await)
+                }
+            }))
+        };
+        let waits = wait_until_async(WAIT, || async { intents(&raw, "quit").await > 0 }).await;
+        assert!(waits, "dropped: {dropped}: no writer intent appeared");
+        // A new reader (another owner) is kept out by the intent.
+        let reader = {
+            let locks = locks.clone();
+            tokio::spawn(as_other_owner(async move {
+                locks.read("quit").wait(WAIT).acquire().await
+            }))
+        };
+        let outcome = writer.await.expect("writer task");
+        assert!(
+            outcome == "dropped" || outcome.contains("Timeout"),
+            "the writer: {outcome}"
+        );
+        let g = reader
+            .await
+            .expect("reader task")
+            .unwrap_or_else(|e| panic!("dropped: {dropped}: the reader was never woken: {e}"));
+        assert_eq!(intents(&raw, "quit").await, 0, "dropped: {dropped}");
+        g.release().await.expect("release");
+    }
+    inside.release().await.expect("release");
 }
