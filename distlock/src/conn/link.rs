@@ -7,7 +7,7 @@
 //! back, so each round trip wakes two tasks, often on two threads. On loopback that hand-off
 //! costs about as much as the network, and an uncontended lock cycle is two round trips.
 //! Here a lone caller writes its request and reads its own answer, and under load one write
-//! carries many callers' requests (see [`wire`](super::wire)).
+//! carries several callers' requests (see [`wire`](super::wire)).
 //!
 //! Failures: a connection that fails (reset, closed, bytes that are not RESP or nested or
 //! sized beyond [`resp`](super::resp)'s bounds, an answer nobody asked for) fails every caller
@@ -132,10 +132,14 @@ impl Link {
         self.wire().await.map(drop)
     }
 
-    /// Sends `bytes` (`count` commands) and returns their `count` answers.
-    async fn call(&self, bytes: &[u8], count: usize) -> redis::RedisResult<Vec<Value>> {
+    /// Sends the `count` commands `write` appends and returns their `count` answers.
+    async fn call(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>),
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
         let wire = self.wire().await?;
-        wire.request(bytes, count, None)
+        wire.request_with(write, count, None)
             .await
             .map_err(|kind| self.failure(kind))
     }
@@ -183,7 +187,7 @@ impl Link {
 impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let mut values = self.call(&cmd.get_packed_command(), 1).await?;
+            let mut values = self.call(|out| cmd.write_packed_command(out), 1).await?;
             Ok(values.pop().unwrap_or(Value::Nil))
         })
     }
@@ -196,7 +200,10 @@ impl ConnectionLike for Link {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let sent = pipeline.len() + if pipeline.is_transaction() { 2 } else { 0 };
-            let mut values = self.call(&pipeline.get_packed_pipeline(), sent).await?;
+            let packed = pipeline.get_packed_pipeline();
+            let mut values = self
+                .call(|out| out.extend_from_slice(&packed), sent)
+                .await?;
             if pipeline.is_transaction() {
                 // MULTI, QUEUED.., then EXEC's array of the answers.
                 return match values.pop() {

@@ -10,9 +10,10 @@
 //! progress for all: a caller polled once and then kept unpolled (a `select!` branch, a
 //! future parked in a struct) holds nothing up, and one that is dropped leaves its answer to
 //! be read and discarded in its turn. A lone caller writes its request and reads its own
-//! answer: no task hand-off. Under load the requests of many callers go out in one write: a
+//! answer: no task hand-off. Under load the requests of several callers go out in one write: a
 //! caller that finds others waiting yields once before writing, so that the tasks ready to
-//! run add theirs first. The connection's clock task (`tick`) writes and reads too, so even a
+//! run add theirs, unless [`WRITE_AT`] requests already wait to be written: those go at
+//! once, so the server works on them while the rest of the wave is being prepared. The connection's clock task (`tick`) writes and reads too, so even a
 //! connection whose callers are all parked moves on.
 //!
 //! Push frames (RESP3 `>`) never answer a request: they go to the connection's push sink, or
@@ -42,6 +43,12 @@ pub(crate) type PushSink = Arc<dyn Fn(PushInfo) + Send + Sync>;
 const TIMEOUT_TICKS: u64 = 5;
 /// Reads one call makes at most before it lets others run.
 const READS_PER_CALL: usize = 16;
+/// A caller that finds this many requests waiting to be written (its own included) writes
+/// them at once instead of yielding for more. Gathering a whole wave (every task that an
+/// answer woke) into one write leaves the server idle while the client prepares the wave and
+/// the client idle while the server answers it; one request per write doubles the server's
+/// cost per request. A few per write keep both busy (the bench's S2: `examples/bench/RESULTS.md`).
+const WRITE_AT: usize = 4;
 
 pub(crate) type Answer = Result<Vec<Value>, io::ErrorKind>;
 
@@ -88,6 +95,8 @@ struct Waiting {
     queued: u64,
     /// Requests queued so far.
     sequence: u64,
+    /// Requests in `out`.
+    unwritten: usize,
     /// Why the connection failed, once it did: later callers fail at once.
     failed: Option<io::ErrorKind>,
 }
@@ -158,12 +167,25 @@ impl Wire {
         count: usize,
         confirm: Option<Confirm>,
     ) -> Answer {
-        let (mut answer, sequence, end, busy) = self.enqueue(bytes, count, confirm, true)?;
+        self.request_with(|out| out.extend_from_slice(bytes), count, confirm)
+            .await
+    }
+
+    /// [`request`](Self::request) with the bytes that `write` appends: a command packed
+    /// straight into the bytes waiting to be written is not packed into a buffer of its own
+    /// first, then copied.
+    pub(crate) async fn request_with(
+        self: &Arc<Self>,
+        write: impl FnOnce(&mut Vec<u8>),
+        count: usize,
+        confirm: Option<Confirm>,
+    ) -> Answer {
+        let (mut answer, sequence, end, gather) = self.enqueue(write, count, confirm, true)?;
         let answer = answer.as_mut().expect("a receiver was asked for");
         let _unwritten = Unwritten { wire: self, end };
-        if busy {
+        if gather {
             // Others wait for answers: more requests are likely on their way, and one write
-            // takes them all (at one request per write the server spends twice the time per
+            // takes several (at one request per write the server spends twice the time per
             // request).
             tokio::task::yield_now().await;
         }
@@ -206,7 +228,8 @@ impl Wire {
     /// goes with the next request, or at the next tick.
     pub(crate) fn send_unanswered(&self, requests: impl IntoIterator<Item = (Vec<u8>, Confirm)>) {
         for (bytes, confirm) in requests {
-            if self.enqueue(&bytes, 1, Some(confirm), false).is_err() {
+            let write = |out: &mut Vec<u8>| out.extend_from_slice(&bytes);
+            if self.enqueue(write, 1, Some(confirm), false).is_err() {
                 return;
             }
         }
@@ -218,7 +241,10 @@ impl Wire {
     /// Sends a `PING` nobody waits for: only its answer's arrival (or absence) counts.
     fn ping(&self) {
         let ping = redis::cmd("PING").get_packed_command();
-        if self.enqueue(&ping, 1, None, false).is_ok() {
+        if self
+            .enqueue(|out| out.extend_from_slice(&ping), 1, None, false)
+            .is_ok()
+        {
             if let Err(kind) = self.flush() {
                 self.fail(kind);
             }
@@ -226,11 +252,12 @@ impl Wire {
     }
 
     /// Queues a request: its receiver (if asked for), its sequence number, the end of its
-    /// bytes in the stream, and whether other requests wait.
+    /// bytes in the stream, and whether to wait for more requests before writing (others
+    /// wait for answers, and fewer than [`WRITE_AT`] requests wait to be written).
     #[allow(clippy::type_complexity)]
     fn enqueue(
         &self,
-        bytes: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
         count: usize,
         confirm: Option<Confirm>,
         answered: bool,
@@ -248,8 +275,10 @@ impl Wire {
         };
         // One lock for both: the queue's order is the order the requests reach the server,
         // and so the order of their answers.
-        waiting.out.extend_from_slice(bytes);
-        waiting.queued += bytes.len() as u64;
+        let before = waiting.out.len();
+        write(&mut waiting.out);
+        waiting.unwritten += 1;
+        waiting.queued += (waiting.out.len() - before) as u64;
         let end = waiting.queued;
         waiting.queue.push_back(Expected {
             count,
@@ -262,7 +291,8 @@ impl Wire {
         });
         let sequence = waiting.sequence;
         waiting.sequence += 1;
-        Ok((receiver, sequence, waiting.queued, waiting.queue.len() > 1))
+        let gather = waiting.queue.len() > 1 && waiting.unwritten < WRITE_AT;
+        Ok((receiver, sequence, waiting.queued, gather))
     }
 
     /// Writes what is queued, until it is all written or the socket takes no more.
@@ -280,6 +310,7 @@ impl Wire {
                 // The buffers trade places: both keep their allocations.
                 writer.bytes.clear();
                 std::mem::swap(&mut writer.bytes, &mut waiting.out);
+                waiting.unwritten = 0;
                 writer.at = 0;
             }
             let at = writer.at;
@@ -410,6 +441,7 @@ impl Wire {
             waiting.failed = Some(kind);
             self.broken.store(true, Ordering::Release);
             waiting.out = Vec::new();
+            waiting.unwritten = 0;
             std::mem::take(&mut waiting.queue)
         };
         let _ =

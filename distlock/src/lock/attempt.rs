@@ -468,7 +468,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
 /// True when the wait has run out while the lock is known to be held beyond it: no last
 /// attempt (see [`Waiter::worth_a_last_try`]).
 fn gave_up(deadline: Option<Instant>, waiter: &Waiter<'_>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d) && !waiter.worth_a_last_try()
+    !waiter.worth_a_last_try() && deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 pin_project_lite::pin_project! {

@@ -43,9 +43,30 @@ struct Written {
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
+/// Milliseconds since [`EPOCH`], never 0 (which means "never written"). Every acquisition
+/// reads it (`rewrite_if_old`): on Linux from the coarse monotonic clock, a few ms fine and
+/// read without the TSC, which a minute's schedule does not need.
 fn now_ms() -> u64 {
-    // Never 0, which means "never written".
+    #[cfg(target_os = "linux")]
+    {
+        static START: LazyLock<u64> = LazyLock::new(|| coarse_ms().unwrap_or(0));
+        if let Some(ms) = coarse_ms() {
+            return ms.saturating_sub(*START) + 1;
+        }
+    }
     EPOCH.elapsed().as_millis() as u64 + 1
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in ms.
+#[cfg(target_os = "linux")]
+fn coarse_ms() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes to it.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0;
+    read.then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
 }
 
 impl Records {

@@ -91,9 +91,10 @@ impl Table {
 
     /// Adds a lease, first due a period from now; returns that time.
     pub(super) fn insert(&mut self, id: u64, watch: Watch) -> Instant {
-        let due = Instant::now() + watch.period;
+        let now = Instant::now();
+        let due = now + watch.period;
         let entry = Entry {
-            ends: watch.lease.valid_until(),
+            ends: watch.lease.valid_until_from(now),
             watch,
             due,
             round: None,
