@@ -282,7 +282,7 @@ impl Guard {
                 self.released = true;
                 let held_for = self.held_for();
                 if held {
-                    self.lease.labels.unheld(held_for);
+                    self.lease.labels.unheld(self.acquired_at);
                 }
                 self.lease.labels.released(held_for, true);
                 true
@@ -308,7 +308,7 @@ impl Guard {
         drop(self.registration.watch.take());
         if std::mem::take(&mut self.registration.held) {
             self.shared.holds.unhold(&self.hold.key, &self.lease);
-            self.lease.labels.unheld(self.held_for());
+            self.lease.labels.unheld(self.acquired_at);
         }
     }
 

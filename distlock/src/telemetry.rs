@@ -127,17 +127,18 @@ impl Labels {
         }
     }
 
-    /// The hold ended on this side (released, dropped or given up).
-    pub(crate) fn unheld(&self, held_for: Duration) {
+    /// The hold, taken at `acquired_at`, ended on this side (released, dropped or given up).
+    /// Only a measurement reads the clock: without one, every cycle would pay for it.
+    pub(crate) fn unheld(&self, acquired_at: std::time::Instant) {
         #[cfg(feature = "metrics")]
         {
             metrics::gauge!("distlock_locks_held", "mode" => self.mode, "label" => self.label.clone())
                 .decrement(1.0);
             metrics::histogram!("distlock_hold_seconds", "mode" => self.mode, "label" => self.label.clone())
-                .record(held_for.as_secs_f64());
+                .record(acquired_at.elapsed().as_secs_f64());
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = held_for;
+        let _ = acquired_at;
     }
 
     /// A release the server answered.

@@ -491,7 +491,10 @@ impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let mut this = self.project();
-        let started = *this.started.get_or_insert_with(Instant::now);
+        // The wait is measured only where something records it (a span a subscriber keeps,
+        // or the metrics): two clock reads on every acquisition otherwise.
+        let timed = cfg!(feature = "metrics") || !this.attempt.span().is_disabled();
+        let started = timed.then(|| *this.started.get_or_insert_with(Instant::now));
         let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
             return std::task::Poll::Pending;
         };
@@ -503,9 +506,15 @@ impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
             }
             Err(e) => (Outcome::Error, 0, None, Some(e)),
         };
+        let waited = match (started, &result) {
+            (Some(started), _) => started.elapsed(),
+            // An event may be kept where the span is not: a timeout says how long it waited.
+            (None, Err(Error::Timeout { waited, .. })) => *waited,
+            (None, _) => Duration::ZERO,
+        };
         let span = this.attempt.span();
         this.labels
-            .acquired(span, outcome, started.elapsed(), attempts, fence, error);
+            .acquired(span, outcome, waited, attempts, fence, error);
         std::task::Poll::Ready(result.map(|(guard, _)| guard))
     }
 }
