@@ -10,11 +10,12 @@
 //! progress for all: a caller polled once and then kept unpolled (a `select!` branch, a
 //! future parked in a struct) holds nothing up, and one that is dropped leaves its answer to
 //! be read and discarded in its turn. A lone caller writes its request and reads its own
-//! answer: no task hand-off. Under load the requests of several callers go out in one write: a
-//! caller that finds others waiting yields once before writing, so that the tasks ready to
-//! run add theirs, unless [`WRITE_AT`] requests already wait to be written: those go at
-//! once, so the server works on them while the rest of the wave is being prepared. The connection's clock task (`tick`) writes and reads too, so even a
-//! connection whose callers are all parked moves on.
+//! answer: no task hand-off. Under load the requests of several callers go out in one write:
+//! a caller that finds others waiting yields once before writing, so that the tasks ready to
+//! run add theirs, unless [`WRITE_AT`] requests already wait to be written: those go at once,
+//! so the server works on them while the rest of the wave is being prepared. The
+//! connection's clock task (`tick`) writes and reads too, so even a connection whose callers
+//! are all parked moves on.
 //!
 //! Push frames (RESP3 `>`) never answer a request: they go to the connection's push sink, or
 //! nowhere. The one exception is the confirmation a `SUBSCRIBE`/`UNSUBSCRIBE` waits for, which

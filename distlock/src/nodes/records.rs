@@ -37,22 +37,20 @@ pub(crate) struct Records {
 struct Written {
     /// How many of the process's sites the server's record has (or was last sent).
     sites: AtomicUsize,
-    /// When it was last written, in ms since [`EPOCH`]; 0 before the first write.
+    /// When it was last written, in ms on [`now_ms`]'s clock; 0 before the first write.
     at_ms: AtomicU64,
 }
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
-/// Milliseconds since [`EPOCH`], never 0 (which means "never written"). Every acquisition
-/// reads it (`rewrite_if_old`): on Linux from the coarse monotonic clock, a few ms fine and
-/// read without the TSC, which a minute's schedule does not need.
+/// Milliseconds on a monotonic clock, never 0 (which means "never written"). Every
+/// acquisition reads it (`rewrite_if_old`): on Linux the coarse monotonic clock, a few ms
+/// fine and read without the TSC, which a minute's schedule does not need (it cannot fail
+/// there); elsewhere the time since [`EPOCH`].
 fn now_ms() -> u64 {
     #[cfg(target_os = "linux")]
-    {
-        static START: LazyLock<u64> = LazyLock::new(|| coarse_ms().unwrap_or(0));
-        if let Some(ms) = coarse_ms() {
-            return ms.saturating_sub(*START) + 1;
-        }
+    if let Some(ms) = coarse_ms() {
+        return ms + 1;
     }
     EPOCH.elapsed().as_millis() as u64 + 1
 }
