@@ -246,13 +246,16 @@ async fn a_writers_single_try_keeps_no_reader_out() {
     a.release().await.expect("release");
 }
 
-/// Intents of waiting writers on `name` (the sorted set beside the lock).
+/// Intents of waiting writers on `name` (the sorted set beside the lock; its placeholder
+/// member, scored 0, left out).
 async fn intents(raw: &redis::aio::MultiplexedConnection, name: &str) -> i64 {
-    redis::cmd("ZCARD")
+    redis::cmd("ZCOUNT")
         .arg(common::intents_key(name))
+        .arg("(0")
+        .arg("+inf")
         .query_async(&mut raw.clone())
         .await
-        .expect("ZCARD")
+        .expect("ZCOUNT")
 }
 
 /// A waiting writer keeps new readers out with its intent. When it gives up (its wait runs

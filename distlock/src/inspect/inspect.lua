@@ -15,7 +15,7 @@ if kind == 'string' then
   payload = redis.call('get', KEYS[1])
 elseif kind == 'hash' then
   payload = redis.call('hgetall', KEYS[1])
-  if redis.call('hexists', KEYS[1], 'rwlock') == 1 then
+  if redis.call('hexists', KEYS[1], 'rwlock-layout') == 1 then
     readers = redis.pcall('zrange', KEYS[4], '0', '-1', 'withscores')
     intents = redis.pcall('zrange', KEYS[5], '0', '-1', 'withscores')
     if readers.err then

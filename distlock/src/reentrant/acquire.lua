@@ -80,7 +80,7 @@ if not owner then
   -- A hash that expires but has no owner: the read/write lock of the same name (its marker
   -- field, looked up rather than scanned for: a crowd of readers makes the hash large), or
   -- the application's own hash.
-  if redis.call('hexists', KEYS[1], 'rwlock') == 1 then
+  if redis.call('hexists', KEYS[1], 'rwlock-layout') == 1 then
     return {-3, redis.call('hget', KEYS[1], 'mode') or 'write'}
   end
   return {-1, 'hash that is not a reentrant lock'}

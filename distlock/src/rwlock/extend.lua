@@ -14,13 +14,14 @@ end
 local left = 0
 -- Renewals clear expired readers too: holders that keep renewing while others crash would
 -- otherwise keep the crashed ones' entries until the lock is given up.
-prune(now, true)
+prune(s, now, true)
 if s.writer == owner and has(s.wholds, nonce) then
+  local fields, ends = {}, nil
   if now + ttl > s.wuntil then
-    s.wuntil = now + ttl
-    redis.call('hset', LOCK, 'writer-until', int(s.wuntil))
-    stretch(s, now, s.wuntil)
+    s.wuntil, ends = now + ttl, now + ttl
+    fields = {'writer-until', int(s.wuntil)}
   end
+  write(s, now, fields, ends)
   left = s.wuntil - now
 elseif has(s.own, nonce) then
   left = renew_read(s, owner, now, ttl) - now

@@ -6,8 +6,9 @@
 -- writers' intents, then KEYS[4] the fencing counter (acquire scripts, only when ARGV[7] is
 -- '1'). Every field and member is ours; an owner is `client id:context`.
 -- The hash:
---   rwlock          '2': marks the hash as a read/write lock of this layout, whatever else
---                   is in it (a waiting writer's intent alone keeps the name taken too)
+--   rwlock-layout   '3': marks the hash as a read/write lock of this layout, whatever else
+--                   is in it (a waiting writer's intent alone keeps the name taken too).
+--                   Earlier layouts marked it `rwlock`: each refuses the other's hash
 --   mode            'read' or 'write' while someone holds the lock (absent otherwise)
 --   writer          the owner of the write hold
 --   writer-until    when its lease ends: server time, ms since the epoch
@@ -16,6 +17,14 @@
 --                   re-entry depth is their number)
 --   writer-holder   who took the first of them, for inspection
 --   r:<owner>       the nonces of that reader's live read acquisitions, space-separated
+--   keys-until      when the hash expires (server ms): its PEXPIRE, written with it, so no
+--                   call asks the server for it
+--   helpers-until   when the two sorted sets expire (server ms): at or after every entry's end
+--   intents-until   at or after the end of the latest live intent (absent or passed: there is
+--                   none, and a reader need not count them)
+--   readers-from    at or before the end of the earliest read lease (absent: no reader was
+--                   added since the readers were last found empty); until it passes, no
+--                   reader has expired and no call looks for expired ones
 -- The readers (sorted set): member <owner>, score the end of its read lease (server ms).
 -- The intents (sorted set): member <owner>, score the end of its intent (server ms).
 --
@@ -26,14 +35,16 @@
 --
 -- No script reads the whole state: its work must not grow with the crowd on the name (ten
 -- thousand readers and thousands of waiting writers on one name must leave the server time
--- for every other lock). A script reads its own owner's fields (HMGET, ZSCORE), counts and
--- finds the latest lease or intent in the sorted sets (ZCOUNT, ZREVRANGE 0 0: logarithmic),
--- and clears at most PRUNE_MAX of the readers and intents that have expired (each expired
--- entry is cleared once, by some later call: amortised, the pruning costs a constant per
--- call). Entries that have expired but are not cleared yet count for nothing: every count
--- and every latest end is taken over the live range only, and the caller's own entries are
--- judged by their own score. Every script keeps the keys' PEXPIRE at the latest live lease or
--- intent, so an abandoned lock still vanishes on its own.
+-- for every other lock). A script reads its own owner's fields and the summaries above in one
+-- HMGET, counts and finds the latest lease or intent in the sorted sets only where the
+-- summaries cannot answer (ZCOUNT, ZREVRANGE 0 0: logarithmic), and clears at most PRUNE_MAX
+-- of the readers and intents that have expired (each expired entry is cleared once, by some
+-- later call: amortised, the pruning costs a constant per call). Entries that have expired
+-- but are not cleared yet count for nothing: every count and every latest end is taken over
+-- the live range only, and the caller's own entries are judged by their own score. The hash
+-- expires at the latest live lease or intent, so an abandoned lock still vanishes on its own;
+-- the helpers may outlive it (see `write`), holding nothing live, until the next call on the
+-- name finds the hash gone and deletes them or they expire.
 --
 -- Time is the server's own (TIME), never a client's: client clocks need not agree, and a
 -- value computed from one is what made seed 004's cluster variant unsafe.
@@ -56,9 +67,14 @@ end
 -- withdraws it at once: see write_release.lua).
 local INTENT_MAX_MS = 2000
 
--- How many expired readers, and expired intents, one call clears at most (a string: every
--- argument to redis.call goes as one, see fence.lua).
-local PRUNE_MAX = '8'
+-- How many expired readers one call clears at most.
+local PRUNE_MAX = 8
+
+-- Each sorted set holds this member, scored 0, from its creation until it is deleted: no
+-- owner is spelled so, and a set that never empties is never created again by a ZADD, so
+-- the expiry it was given stays (a ZADD answering 2 tells the set was created). Every count,
+-- latest end and pruning looks above 0 only.
+local KEEP = ''
 
 -- The server's time in ms, and in us for a new fencing counter.
 local function server_ms()
@@ -85,7 +101,7 @@ local function without(list, nonce)
   return table.concat(rest, ' ')
 end
 
--- The latest score in the sorted set `key` (0 when it is empty).
+-- The latest score in the sorted set `key` (0 when it holds no entry).
 local function latest(key)
   local top = redis.call('zrevrange', key, '0', '0', 'withscores')
   return tonumber(top[2]) or 0
@@ -102,8 +118,9 @@ end
 -- application's data. A writer whose lease has ended is removed (`dirty`: the caller then
 -- settles), and so are the caller's own read holds once its lease has ended.
 local function load(now, owner)
-  local v = redis.pcall('hmget', LOCK, 'rwlock', 'mode', 'writer', 'writer-until',
-    'writer-fence', 'writer-holds', 'r:' .. owner, 'owner')
+  local v = redis.pcall('hmget', LOCK, 'rwlock-layout', 'mode', 'writer', 'writer-until',
+    'writer-fence', 'writer-holds', 'r:' .. owner, 'keys-until', 'helpers-until',
+    'intents-until', 'readers-from')
   if v.err then
     local kind = redis.call('type', LOCK).ok
     if kind == 'string' and redis.call('pttl', LOCK) >= 0 then
@@ -115,13 +132,13 @@ local function load(now, owner)
     end
     return nil, {-1, kind}
   end
-  -- `expires`: when the keys expire (server ms; all three share it, see `stretch`).
-  local s = {dirty = false, expires = 0}
-  local ttl = redis.call('pttl', LOCK)
+  -- `expires`: when the hash expires, `helpers`: when the sorted sets do (server ms).
+  local s = {dirty = false, expires = 0, helpers = 0, intents_until = 0}
   if not v[1] then
+    local ttl = redis.call('pttl', LOCK)
     if ttl == -2 then
-      -- Free. Whatever the helpers still hold was left by a removal that knew only the hash
-      -- (an operator's DEL): it belongs to no live lock.
+      -- Free. Whatever the helpers still hold belongs to no live lock: they outlived the
+      -- hash (see `write`), or an operator deleted the hash alone.
       redis.call('del', READERS, INTENTS)
       s.fresh = true
       return s
@@ -130,15 +147,17 @@ local function load(now, owner)
     if ttl == -1 then
       return nil, {-1, 'hash without expiry'}
     end
-    if v[8] then
+    if redis.call('hexists', LOCK, 'owner') == 1 then
       return nil, {-3, 'reentrant'}
     end
     return nil, {-1, 'hash that is not a read/write lock'}
   end
-  if ttl < 0 then
-    return nil, {-1, 'hash without expiry'}
+  s.expires, s.helpers = tonumber(v[8]), tonumber(v[9])
+  if not (s.expires and s.helpers) then
+    return nil, {-1, 'hash that is not a read/write lock'}
   end
-  s.expires = now + ttl
+  s.intents_until = tonumber(v[10]) or 0
+  s.readers_from = tonumber(v[11])
   -- A missing field comes back as false: nil instead, for the tests below.
   s.mode, s.writer, s.wuntil = v[2] or nil, v[3] or nil, tonumber(v[4])
   s.wholds, s.own = v[6] or nil, v[7] or nil
@@ -165,58 +184,105 @@ local function load(now, owner)
   return s
 end
 
--- Clears up to PRUNE_MAX readers whose lease has ended, and, unless `readers_only`, every
--- intent that has lapsed. Run by the calls that add, renew or remove a hold, not by busy
--- answers (a waiting writer's attempts must stay cheap): every entry is added by such a
--- call, so the expired ones never pile up, and each is cleared once (amortised, a constant
--- per call). Expired entries change no decision meanwhile: counts and latest ends are taken
--- over live scores only.
-local function prune(now, readers_only)
-  local ended = redis.call('zrangebyscore', READERS, '-inf', int(now), 'limit', '0',
-    PRUNE_MAX)
-  if #ended > 0 then
-    local fields = {}
-    for i, o in ipairs(ended) do
-      fields[i] = 'r:' .. o
-    end
-    redis.call('hdel', LOCK, unpack(fields))
-    redis.call('zrem', READERS, unpack(ended))
+-- Adds to `fields` the summaries this call changed, and writes `fields` (a flat list of
+-- field and value, possibly empty) into the hash.
+local function flush(s, fields)
+  if s.from_changed then
+    fields[#fields + 1] = 'readers-from'
+    fields[#fields + 1] = s.readers_from and int(s.readers_from) or ''
+    s.from_changed = false
   end
-  if not readers_only then
-    redis.call('zremrangebyscore', INTENTS, '-inf', int(now))
+  if s.intents_changed then
+    fields[#fields + 1] = 'intents-until'
+    fields[#fields + 1] = int(s.intents_until)
+    s.intents_changed = false
+  end
+  if #fields > 0 then
+    redis.call('hset', LOCK, unpack(fields))
   end
 end
 
--- After a lease or intent was written that ends at `ends`: the keys live at least until
--- then. All three keys share one expiry, the latest end among their entries, so a key never
--- expires before its own entries (nor the hash before its helpers' entries). `created`: the
--- helper key just written, which a ZADD may have created without an expiry.
-local function stretch(s, now, ends, created)
-  if ends > s.expires then
-    s.expires = ends
-    local ms = int(ends - now)
-    redis.call('pexpire', LOCK, ms)
-    if s.fresh then
-      -- The helpers were cleared by load(): only the one just written exists.
-      if created then
-        redis.call('pexpire', created, ms)
+-- Clears up to PRUNE_MAX readers whose lease has ended, once `readers-from` says one may
+-- have, and, unless `readers_only`, every intent that has lapsed. Run by the calls that add
+-- or renew a hold or end a write tenure, not by busy answers (a waiting writer's attempts
+-- must stay cheap): every reader is added by such a call, so the expired ones never pile
+-- up, and each is cleared once (amortised, a constant per call). Expired entries change no
+-- decision meanwhile: counts and latest ends are taken over live scores only. The new
+-- `readers-from` goes out with the caller's next `flush`.
+local function prune(s, now, readers_only)
+  if s.readers_from and s.readers_from <= now then
+    local first = redis.call('zrangebyscore', READERS, '(0', '+inf', 'withscores', 'limit',
+      '0', int(PRUNE_MAX))
+    local ended, fields, from = {}, {}, nil
+    for i = 1, #first, 2 do
+      local ends = tonumber(first[i + 1])
+      if ends > now then
+        from = ends
+        break
       end
-      return
+      ended[#ended + 1] = first[i]
+      fields[#fields + 1] = 'r:' .. first[i]
     end
-    redis.call('pexpire', READERS, ms)
-    redis.call('pexpire', INTENTS, ms)
-  elseif created then
-    redis.call('pexpire', created, int(s.expires - now))
+    if #ended > 0 then
+      redis.call('hdel', LOCK, unpack(fields))
+      redis.call('zrem', READERS, unpack(ended))
+    end
+    if not from and #ended == PRUNE_MAX then
+      -- More may have ended: the next call looks again.
+      from = now
+    end
+    s.readers_from, s.from_changed = from, true
+  end
+  -- Intents are registered only with the summary raised past them, so one that lapsed after
+  -- the summary came down to 0 is cleared after the next registration.
+  if not readers_only and s.intents_until > 0 then
+    redis.call('zremrangebyscore', INTENTS, '(0', int(now))
   end
 end
 
--- After a hold or an intent was removed: writes `mode` and brings the keys' expiry down to
--- the latest live lease or intent, or deletes them once nothing is left. Leaves in `s` the
--- latest reader's lease end and (unless `removed` is given) the latest intent's end;
--- returns false when it deleted the keys. `removed`: the end of the live lease just
--- removed, when that is all that changed. If it ended well before the keys' expiry, the
--- entry that sets the expiry is another one, still live (the 2 ms allow for PTTL's
--- rounding): the expiry stands and the keys stay.
+-- Writes `fields` into the hash (see `flush`) and, when `ends` is given (a lease or intent
+-- just written ends then, server ms), makes the keys live at least until then: the hash
+-- exactly until the latest end (its expiry recorded in it, `keys-until`), the helpers with
+-- slack. Expiry is set as a point in the server's time (PEXPIREAT), the clock the leases
+-- are scored in: a relative PEXPIRE counts from the server's own reading of its clock (the
+-- command's, or the script's start), not from `now`, and could end the hash a little before
+-- the `keys-until` that later calls trust. A new lease ends a little after the previous one, so helpers that expired at the
+-- very latest end would need two PEXPIREs on every call of a stream of readers; they are
+-- given twice the time the entry needs instead, and so stretched again once per lease
+-- length. A helper that outlives the hash holds nothing live: the next call on the name
+-- deletes it (`load`), or it expires. `created`: the helper this call's ZADD created.
+local function write(s, now, fields, ends, created)
+  local hash_at, helpers_at
+  if ends and ends > s.expires then
+    s.expires = ends
+    hash_at = int(ends)
+    fields[#fields + 1] = 'keys-until'
+    fields[#fields + 1] = hash_at
+  end
+  if ends and ends > s.helpers then
+    s.helpers = ends + (ends - now)
+    helpers_at = int(s.helpers)
+    fields[#fields + 1] = 'helpers-until'
+    fields[#fields + 1] = helpers_at
+  end
+  flush(s, fields)
+  if hash_at then
+    redis.call('pexpireat', LOCK, hash_at)
+  end
+  if helpers_at and not s.fresh then
+    redis.call('pexpireat', READERS, helpers_at)
+    redis.call('pexpireat', INTENTS, helpers_at)
+  elseif created then
+    redis.call('pexpireat', created, int(s.helpers))
+  end
+end
+
+-- After a hold or an intent was removed: writes `mode` and brings the hash's expiry down to
+-- the latest live lease or intent, or deletes the keys once nothing is left. Leaves in `s`
+-- the latest reader's lease end, and the latest intent's end (`intents_exact`) unless
+-- `removed` is given; returns false when it deleted the keys. `removed`: the end of the live
+-- lease just removed, when that is all that changed. If it ended before the hash's expiry,
+-- the entry that sets the expiry is another one, still live: the expiry stands.
 local function settle(s, now, removed)
   s.readers_until = latest(READERS)
   local mode = false
@@ -225,9 +291,17 @@ local function settle(s, now, removed)
   elseif s.readers_until > now then
     mode = 'read'
   end
-  if not (removed and removed < s.expires - 2) then
-    s.intents_until = latest(INTENTS)
-    local last = math.max(s.readers_until, s.intents_until)
+  local fields, hash_at = {}, nil
+  if not (removed and removed < s.expires) then
+    local intents_until = 0
+    if s.intents_until > now then
+      intents_until = latest(INTENTS)
+    end
+    if intents_until ~= s.intents_until then
+      s.intents_until, s.intents_changed = intents_until, true
+    end
+    s.intents_exact = true
+    local last = math.max(s.readers_until, intents_until)
     if s.writer then
       last = math.max(last, s.wuntil)
     end
@@ -238,41 +312,58 @@ local function settle(s, now, removed)
     end
     if last ~= s.expires then
       s.expires = last
-      local ms = int(last - now)
-      redis.call('pexpire', LOCK, ms)
-      redis.call('pexpire', READERS, ms)
-      redis.call('pexpire', INTENTS, ms)
+      hash_at = int(last)
+      fields[#fields + 1] = 'keys-until'
+      fields[#fields + 1] = hash_at
     end
   end
   if mode and s.mode ~= mode then
-    redis.call('hset', LOCK, 'mode', mode)
+    fields[#fields + 1] = 'mode'
+    fields[#fields + 1] = mode
   elseif not mode and s.mode then
     redis.call('hdel', LOCK, 'mode')
   end
   s.mode = mode or nil
+  flush(s, fields)
+  if hash_at then
+    redis.call('pexpireat', LOCK, hash_at)
+  end
   return true
 end
 
 -- True when a writer other than `owner` waits for the lock.
 local function others_intend(s, owner, now)
-  if s.fresh then
+  if s.fresh or s.intents_until <= now then
     return false
   end
   local n = live(INTENTS, now)
+  if n == 0 then
+    -- The intents the summary counted were withdrawn or had their turn: the readers after
+    -- this one need not count again.
+    s.intents_until, s.intents_changed = 0, true
+    return false
+  end
   if n ~= 1 then
-    return n > 1
+    return true
   end
   local mine = tonumber(redis.call('zscore', INTENTS, owner))
   return not (mine and mine > now)
 end
 
 -- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another
--- of its holds may count on it). The owner must be a live reader, or just added.
-local function renew_read(s, owner, now, ttl)
+-- of its holds may count on it), writing `fields` (if given) with it. The owner must be a
+-- live reader, or just added.
+local function renew_read(s, owner, now, ttl, fields)
+  fields = fields or {}
   if now + ttl > s.ends then
     s.ends = now + ttl
-    local added = redis.call('zadd', READERS, int(s.ends), owner) == 1
-    stretch(s, now, s.ends, added and READERS)
+    local created = redis.call('zadd', READERS, int(s.ends), owner, '0', KEEP) == 2
+    if not s.readers_from or s.ends < s.readers_from then
+      s.readers_from, s.from_changed = s.ends, true
+    end
+    write(s, now, fields, s.ends, created and READERS)
+  else
+    write(s, now, fields)
   end
   return s.ends
 end
@@ -281,7 +372,7 @@ end
 -- shortening the lease the owner already has: another of its holds may count on it).
 local function add_read(s, owner, nonce, now, ttl)
   if not s.fresh then
-    prune(now, true)
+    prune(s, now, true)
   end
   if s.own then
     s.own = s.own .. ' ' .. nonce
@@ -290,16 +381,15 @@ local function add_read(s, owner, nonce, now, ttl)
   end
   local fields = {'r:' .. owner, s.own}
   if s.fresh then
-    table.insert(fields, 'rwlock')
-    table.insert(fields, '2')
+    fields[#fields + 1] = 'rwlock-layout'
+    fields[#fields + 1] = '3'
   end
   if not s.writer and s.mode ~= 'read' then
-    table.insert(fields, 'mode')
-    table.insert(fields, 'read')
+    fields[#fields + 1] = 'mode'
+    fields[#fields + 1] = 'read'
     s.mode = 'read'
   end
-  redis.call('hset', LOCK, unpack(fields))
-  renew_read(s, owner, now, ttl)
+  renew_read(s, owner, now, ttl, fields)
 end
 
 -- The fencing counter's current value (0 before the first write, or once it expired unused),

@@ -32,12 +32,14 @@ if rest ~= '' then
 end
 redis.call('hdel', LOCK, 'r:' .. owner)
 redis.call('zrem', READERS, owner)
-if settle(s, now, s.ends) then
-  -- Expired readers only: intents are cleared by the writers' calls.
-  prune(now, true)
-end
+-- Expired readers are left to the acquisitions and renewals (`prune`): every reader is
+-- added by one.
+settle(s, now, s.ends)
 if s.readers_until <= now and not s.writer then
-  local intents_until = s.intents_until or latest(INTENTS)
+  local intents_until = s.intents_until
+  if intents_until > now and not s.intents_exact then
+    intents_until = latest(INTENTS)
+  end
   redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,
     intents_until > now and 'all' or '')
 end

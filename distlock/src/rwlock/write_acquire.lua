@@ -23,15 +23,7 @@ end
 if s.writer == owner then
   -- Re-entry (or this acquisition retried) keeps the tenure's token and never shortens the
   -- lease.
-  if not has(s.wholds, nonce) then
-    s.wholds = s.wholds .. ' ' .. nonce
-    redis.call('hset', LOCK, 'writer-holds', s.wholds)
-  end
-  if now + ttl > s.wuntil then
-    s.wuntil = now + ttl
-    redis.call('hset', LOCK, 'writer-until', int(s.wuntil))
-    stretch(s, now, s.wuntil)
-  end
+  local fields, ends = {}, nil
   if FENCING and s.wfence < 0 then
     -- The tenure was taken without a token and this acquisition asks for one: mint it now
     -- (the owner holds the lock, so it orders after every earlier tenure's).
@@ -40,8 +32,19 @@ if s.writer == owner then
       return {-1, bad}
     end
     s.wfence = fence
-    redis.call('hset', LOCK, 'writer-fence', int(fence))
+    fields = {'writer-fence', int(fence)}
   end
+  if not has(s.wholds, nonce) then
+    s.wholds = s.wholds .. ' ' .. nonce
+    fields[#fields + 1] = 'writer-holds'
+    fields[#fields + 1] = s.wholds
+  end
+  if now + ttl > s.wuntil then
+    s.wuntil, ends = now + ttl, now + ttl
+    fields[#fields + 1] = 'writer-until'
+    fields[#fields + 1] = int(s.wuntil)
+  end
+  write(s, now, fields, ends)
   if not FENCING then
     return {1, -1}
   end
@@ -69,14 +72,21 @@ if not s.writer and readers_until <= now then
     return {-1, bad}
   end
   s.writer, s.wuntil, s.wfence, s.wholds = owner, now + ttl, fence, nonce
-  redis.call('hset', LOCK, 'rwlock', '2', 'mode', 'write', 'writer', owner,
-    'writer-until', int(s.wuntil), 'writer-fence', fence < 0 and '' or int(fence),
-    'writer-holds', nonce, 'writer-holder', holder)
-  if not s.fresh then
-    prune(now)
-    redis.call('zrem', INTENTS, owner)
+  s.mode = 'write'
+  local fields = {'mode', 'write', 'writer', owner, 'writer-until', int(s.wuntil),
+    'writer-fence', fence < 0 and '' or int(fence), 'writer-holds', nonce,
+    'writer-holder', holder}
+  if s.fresh then
+    fields[#fields + 1] = 'rwlock-layout'
+    fields[#fields + 1] = '3'
+  else
+    prune(s, now)
+    if s.intents_until > now then
+      -- Its own intent, if it registered one, has had its turn.
+      redis.call('zrem', INTENTS, owner)
+    end
   end
-  stretch(s, now, s.wuntil)
+  write(s, now, fields, s.wuntil)
   if not FENCING then
     return {1, -1}
   end
@@ -86,10 +96,17 @@ end
 -- next attempt, so the answer tells it to come back within a third of it. A single try
 -- registers none: it does not come back, and its intent would only keep new readers out.
 -- (A waiter that gives up withdraws its intent with its release call: write_release.lua.)
+-- The summary `intents-until` is set past the intent by as much again, so a writer's
+-- attempts rewrite it once per intent length, not each time; readers that find no live
+-- intent behind it bring it down.
 local intent_ms = math.min(ttl, INTENT_MAX_MS)
 if ARGV[8] == '1' then
-  local added = redis.call('zadd', INTENTS, int(now + intent_ms), owner) == 1
-  stretch(s, now, now + intent_ms, added and INTENTS)
+  local ends = now + intent_ms
+  local created = redis.call('zadd', INTENTS, int(ends), owner, '0', KEEP) == 2
+  if ends > s.intents_until then
+    s.intents_until, s.intents_changed = ends + intent_ms, true
+  end
+  write(s, now, {}, ends, created and INTENTS)
 end
 if s.dirty then
   settle(s, now)

@@ -39,13 +39,13 @@ if rest ~= '' then
   return 1
 end
 s.writer = nil
-if latest(READERS) <= now and latest(INTENTS) <= now then
+if latest(READERS) <= now and (s.intents_until <= now or latest(INTENTS) <= now) then
   -- The last hold of all: nothing is left to keep.
   redis.call('del', LOCK, READERS, INTENTS)
 else
   redis.call('hdel', LOCK, 'writer', 'writer-until', 'writer-fence', 'writer-holds',
     'writer-holder')
-  prune(now)
+  prune(s, now)
   settle(s, now)
 end
 redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK, 'all')

@@ -168,7 +168,8 @@ async fn assert_guard_within_server(
 
 /// The lease the server holds for the only holder of `name` in `mode`, in ms: the key's PTTL,
 /// or for a reader its own lease end (its score in the lock's readers) against the server
-/// clock (the key may live longer, for other readers or a writer's intent).
+/// clock (the key may live longer, for other readers or a writer's intent; the set's
+/// placeholder member left out).
 async fn server_lease(raw: &MultiplexedConnection, name: &str, mode: &str) -> i64 {
     if mode != "read" {
         return pttl(raw, name).await;
@@ -178,6 +179,7 @@ async fn server_lease(raw: &MultiplexedConnection, name: &str, mode: &str) -> i6
         .zrange_withscores(readers_key(name), 0, -1)
         .await
         .expect("ZRANGE");
+    let readers: Vec<_> = readers.into_iter().filter(|(o, _)| !o.is_empty()).collect();
     let [(_, until)] = readers.as_slice() else {
         panic!("one reader with a lease expected: {readers:?}");
     };

@@ -1,6 +1,7 @@
 //! The read/write lock: readers share, writers exclude, each reader's lease is its own,
 //! waiting writers keep new readers out, downgrade works and upgrade is refused.
 
+mod cost;
 mod foreign;
 mod leases;
 mod reentry;
@@ -26,13 +27,25 @@ use redis::AsyncCommands;
 /// reaches it, and the test then fails instead of hanging.
 const EVENT_LIMIT: Duration = Duration::from_secs(10);
 
+/// Fields the view leaves out: who took the write tenure (for inspection) and what the scripts
+/// keep about their own keys.
+const NOT_SHOWN: [&str; 6] = [
+    "writer-holder",
+    "rwlock-layout",
+    "keys-until",
+    "helpers-until",
+    "intents-until",
+    "readers-from",
+];
+
 /// The lock's state as one map, in the terms of its rules rather than its layout: `mode`,
-/// `writer`, `writer-until` and `writer-fence` as the hash holds them (its layout marker
-/// `rwlock` left out),
-/// `writer-count` for the number of write acquisitions, and per owner `read:<owner>` (its
-/// number of read acquisitions), `read-until:<owner>` (its lease end, from the readers' set)
-/// and `intent:<owner>` (its intent's end, from the intents' set). Entries the scripts have
-/// not cleared yet show too, as on the server.
+/// `writer`, `writer-until` and `writer-fence` as the hash holds them (its layout marker and
+/// the summaries the scripts keep of their own keys left out: `rwlock-layout`, `keys-until`,
+/// `helpers-until`, `intents-until`, `readers-from`), `writer-count` for the number of write
+/// acquisitions, and per owner `read:<owner>` (its number of read acquisitions),
+/// `read-until:<owner>` (its lease end, from the readers' set) and `intent:<owner>` (its
+/// intent's end, from the intents' set; each set's placeholder member left out). Entries the
+/// scripts have not cleared yet show too, as on the server.
 async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, String> {
     let raw_fields: HashMap<String, String> =
         raw.clone().hgetall(lock_key(name)).await.expect("HGETALL");
@@ -43,7 +56,7 @@ async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, Stri
             view.insert(format!("read:{owner}"), count(&value));
         } else if field == "writer-holds" {
             view.insert("writer-count".to_owned(), count(&value));
-        } else if field != "writer-holder" && field != "rwlock" {
+        } else if !NOT_SHOWN.contains(&field.as_str()) {
             view.insert(field, value);
         }
     }
@@ -56,7 +69,7 @@ async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, Stri
             .zrange_withscores(key, 0, -1)
             .await
             .expect("ZRANGE");
-        for (owner, until) in members {
+        for (owner, until) in members.into_iter().filter(|(owner, _)| !owner.is_empty()) {
             view.insert(format!("{kind}:{owner}"), until.to_string());
         }
     }

@@ -84,12 +84,23 @@ async fn user_data_at_a_lock_key_is_reported_and_left_untouched() {
     let check = |err: Error, what: &str| {
         assert!(matches!(err, Error::WrongType { .. }), "{what}: {err}");
     };
-    // A string, a hash without expiry, and a hash with expiry that is not a read/write lock.
+    // A string, a hash without expiry, a hash with expiry that is not a read/write lock.
     let _: () = raw.set(lock_key("s"), "hello").await.expect("SET");
     let _: () = raw.hset(lock_key("h"), "name", "ada").await.expect("HSET");
     let _: () = raw.hset(lock_key("he"), "name", "ada").await.expect("HSET");
     let _: () = raw.pexpire(lock_key("he"), 60_000).await.expect("PEXPIRE");
-    for name in ["s", "h", "he"] {
+    // A read/write lock of the layout before the summaries (its marker `rwlock`), read-held:
+    // its clients do not keep this layout's summaries, so neither side enters beside the
+    // other's holders.
+    let _: () = raw
+        .hset_multiple(
+            lock_key("v2"),
+            &[("rwlock", "2"), ("mode", "read"), ("r:a:1", "n1")],
+        )
+        .await
+        .expect("HSET");
+    let _: () = raw.pexpire(lock_key("v2"), 60_000).await.expect("PEXPIRE");
+    for name in ["s", "h", "he", "v2"] {
         let before = dump(&raw, name).await;
         check(locks.read(name).try_acquire().await.unwrap_err(), name);
         check(locks.write(name).try_acquire().await.unwrap_err(), name);
