@@ -94,7 +94,7 @@ fn script_calls(before: &std::collections::BTreeMap<String, u64>, server: &Redis
 async fn a_waiting_writers_attempts_and_the_readers_it_keeps_out_cost_a_fixed_few_commands() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let mut raw = server.async_connection().await;
+    let raw = server.async_connection().await;
     read(&locks, "first")
         .await
         .expect("free")
