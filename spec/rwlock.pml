@@ -10,14 +10,14 @@
  *   rmask[o], rlease[o]      the nonces in owner o's r:<o>, and its score in the readers
  *                            (its lease left)
  *   intent[o]                owner o's score in the intents (time left)
- * No decision counts an entry that has expired: load() (prelude.lua 120-185) drops an
+ * No decision counts an entry that has expired: load() (prelude.lua 115-180) drops an
  * expired writer and the caller's own expired reads, and every other reader and intent
- * counts only while its score is ahead of the server's clock (ZCOUNT, ZREVRANGE over live
- * scores; prune() clears the expired ones later, 212-241). The model drops each at the tick
+ * counts only while its score is ahead of the server's clock (ZRANGEBYSCORE, ZREVRANGE over live
+ * scores; prune() clears the expired ones later, 207-236). The model drops each at the tick
  * that ends it, which no script can tell apart. A reader skips counting intents once the
  * hash's intents-until has passed; it is raised past every intent registered and lowered
  * only to the latest live one, so it gives the count's answer. mode, the keys' expiry and
- * the summaries (write() and settle(), 254-332) only describe that state and decide
+ * the summaries (write() and settle(), 249-327) only describe that state and decide
  * nothing: the keys exist while any entry above is live.
  *
  * Two owners, one lock:

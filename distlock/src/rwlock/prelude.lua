@@ -36,8 +36,8 @@
 -- No script reads the whole state: its work must not grow with the crowd on the name (ten
 -- thousand readers and thousands of waiting writers on one name must leave the server time
 -- for every other lock). A script reads its own owner's fields and the summaries above in one
--- HMGET, counts and finds the latest lease or intent in the sorted sets only where the
--- summaries cannot answer (ZCOUNT, ZREVRANGE 0 0: logarithmic), and clears at most PRUNE_MAX
+-- HMGET, looks for live intents and finds the latest lease or intent in the sorted sets only
+-- where the summaries cannot answer (ZRANGEBYSCORE with a limit, ZREVRANGE 0 0: logarithmic), and clears at most PRUNE_MAX
 -- of the readers and intents that have expired (each expired entry is cleared once, by some
 -- later call: amortised, the pruning costs a constant per call). Entries that have expired
 -- but are not cleared yet count for nothing: every count and every latest end is taken over
@@ -105,11 +105,6 @@ end
 local function latest(key)
   local top = redis.call('zrevrange', key, '0', '0', 'withscores')
   return tonumber(top[2]) or 0
-end
-
--- The number of live entries (ending after `now`) in the sorted set `key`.
-local function live(key, now)
-  return redis.call('zcount', key, '(' .. int(now), '+inf')
 end
 
 -- Reads what this call needs of the lock for `owner`. Returns the state, or nil and the
@@ -336,18 +331,16 @@ local function others_intend(s, owner, now)
   if s.fresh or s.intents_until <= now then
     return false
   end
-  local n = live(INTENTS, now)
-  if n == 0 then
+  -- Two live intents at most: enough to tell whether one is someone else's.
+  local two = redis.call('zrangebyscore', INTENTS, '(' .. int(now), '+inf', 'limit', '0',
+    '2')
+  if #two == 0 then
     -- The intents the summary counted were withdrawn or had their turn: the readers after
-    -- this one need not count again.
+    -- this one need not look again.
     s.intents_until, s.intents_changed = 0, true
     return false
   end
-  if n ~= 1 then
-    return true
-  end
-  local mine = tonumber(redis.call('zscore', INTENTS, owner))
-  return not (mine and mine > now)
+  return #two == 2 or two[1] ~= owner
 end
 
 -- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another

@@ -1,7 +1,8 @@
 //! The read/write mix of issue 29: 8 tasks on one name of one client, 9 reads to 1 write,
 //! reads held 100 µs and writes 200 µs, each waiting with the library's own mechanism.
 //! Prints reads/s, writes/s, the longest wait of a reader and of a writer, the server
-//! commands per call (from `INFO commandstats`, calls = acquisitions + releases), and the
+//! commands per call (from `INFO commandstats`, calls = acquisitions + releases; in all and
+//! by command), and the
 //! overlaps an in-process check saw (a writer beside anyone). `peer` as the third argument
 //! runs `distributed-lock-redis` 0.2's read/write lock instead (its own waiting, `acquire_read`
 //! and `acquire_write`), in the same program against the same kind of server.
@@ -10,6 +11,7 @@
 //! cargo run --release -p distlock-bench --example rw_mix -- [seconds, default 5] [tasks, default 8] [peer]
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,24 +21,25 @@ const WRITE_HOLD: Duration = Duration::from_micros(200);
 const TTL: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Sum of `calls=` over every command in `INFO commandstats`.
-async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+/// `calls=` of every command in `INFO commandstats` but `INFO` itself, by command.
+async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .expect("INFO");
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
         .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
                 .split(',')
                 .next()?
-                .parse::<u64>()
-                .ok()
+                .parse()
+                .ok()?;
+            (name != "info").then(|| (name.to_owned(), calls))
         })
-        .sum()
+        .collect()
 }
 
 #[tokio::main]
@@ -126,6 +129,13 @@ async fn main() {
         reads.load(Ordering::Relaxed),
         writes.load(Ordering::Relaxed),
     );
+    let calls = (2 * (r + w)).max(1) as f64;
+    let sent: Vec<(String, u64)> = after
+        .iter()
+        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let total: u64 = sent.iter().map(|(_, n)| n).sum();
     println!(
         "{}, tasks {tasks}, {secs} s: reads/s {:.0}, writes/s {:.0}, longest wait read {:.1} ms, write {:.1} ms, commands per call {:.1}, overlaps {}, not served within {WAIT:?} {}",
         if peer { "distributed-lock-redis" } else { "distlock" },
@@ -133,10 +143,15 @@ async fn main() {
         w as f64 / elapsed,
         read_wait.load(Ordering::Relaxed) as f64 / 1000.0,
         write_wait.load(Ordering::Relaxed) as f64 / 1000.0,
-        (after - before) as f64 / (2 * (r + w)).max(1) as f64,
+        total as f64 / calls,
         overlaps.load(Ordering::Relaxed),
         failed.load(Ordering::Relaxed),
     );
+    let by_command: Vec<String> = sent
+        .iter()
+        .map(|(name, n)| format!("{name} {:.2}", *n as f64 / calls))
+        .collect();
+    println!("  per call: {}", by_command.join(", "));
 }
 
 /// Holds for `d` without giving the thread to anyone (a short critical section's work).

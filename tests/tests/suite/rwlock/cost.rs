@@ -89,7 +89,7 @@ fn script_calls(before: &std::collections::BTreeMap<String, u64>, server: &Redis
 
 /// A writer that waits behind readers registers its intent: each of its attempts costs a
 /// fixed few commands too, and a reader that comes while the intent is live is turned away
-/// for a few more (it counts the live intents), no more with 500 readers inside than with 5.
+/// for a few more (it looks for live intents), no more with 500 readers inside than with 5.
 #[tokio::test]
 async fn a_waiting_writers_attempts_and_the_readers_it_keeps_out_cost_a_fixed_few_commands() {
     let server = RedisServer::start();
