@@ -20,6 +20,10 @@ use crate::sync::lock;
 /// The payload a release script publishes to wake every waiter instead of one.
 pub(crate) const WAKE_ALL: &[u8] = b"all";
 
+/// The payload a release script publishes to wake a waiting writer and no reader: a
+/// read/write lock's last reader leaving while a writer's intent keeps new readers out.
+pub(crate) const WAKE_WRITER: &[u8] = b"writer";
+
 /// The payload of a message that frees nothing (a new leader saying it took the lock, see
 /// `election`): it wakes the channel's observers, never a waiter.
 pub(crate) const TAKEN: &[u8] = b"taken";
@@ -226,6 +230,15 @@ impl Channels {
                         ch.alls_heard.fetch_add(1, Ordering::AcqRel);
                         ch.released_shared.notify_waiters();
                         ch.released_shared.notify_one();
+                        ch.released.notify_one();
+                    }
+                    // Readers stay asleep: the intent that turned them away stands until its
+                    // writer leaves (its release wakes all), gives up (so does its withdrawal)
+                    // or lapses. Counted as a release that wakes all, for the writers between
+                    // their attempt and their sleep (see `Subscription::wake_count`).
+                    Some(Value::BulkString(payload)) if payload.as_slice() == WAKE_WRITER => {
+                        ch.wake_alls.fetch_add(1, Ordering::AcqRel);
+                        ch.alls_heard.fetch_add(1, Ordering::AcqRel);
                         ch.released.notify_one();
                     }
                     Some(Value::BulkString(payload)) if payload.as_slice() == TAKEN => {}

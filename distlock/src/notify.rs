@@ -1,7 +1,9 @@
 //! Wake-up on release: waiters sleep until a release is published instead of polling Redis.
 //!
 //! Release scripts publish on the lock's channel (the lock key's string, same slot), with the
-//! payload `all` when every waiter should try (readers after a writer left). A setnx release
+//! payload `all` when every waiter should try (readers after a writer left), `writer` when
+//! only a waiting writer should (a read/write lock's last reader left while writers wait, and
+//! the readers behind them cannot enter yet). A setnx release
 //! publishes only when someone may listen: a waiter's busy attempt marks the lock as waited
 //! for (see `setnx/acquire.lua`), and a client whose own tasks wait says so with its release
 //! ([`Channels::listening`]); an uncontended release costs Redis no `PUBLISH`. The

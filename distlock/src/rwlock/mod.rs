@@ -87,9 +87,10 @@
 //! # Wake-up and renewal
 //!
 //! A writer's last release publishes `all` on the lock's channel (any number of readers may
-//! now enter); the last reader's release publishes one wake-up, or `all` when writers have
-//! registered intents (readers waiting behind an intent share the channel, and a single
-//! wake-up could land on one of them rather than on the writer). One `extend` script serves
+//! now enter); the last reader's release publishes one wake-up, or `writer` when writers
+//! have registered intents: that wakes a waiting writer in each process and no reader (the
+//! readers waiting behind an intent could not enter before the writer, whose release, or
+//! withdrawal if it gives up, wakes them all). One `extend` script serves
 //! both sides: it renews the caller's own read and write leases and no one else's, and
 //! answers 0 (lease lost) once the caller holds nothing live.
 //!

@@ -1,6 +1,7 @@
--- Give back one read acquisition. When the last reader leaves, wake waiters: every one of
--- them if writers registered intents (readers waiting behind those intents share the channel,
--- and a single wake-up could land on one of them instead of a writer), else one.
+-- Give back one read acquisition. When the last reader leaves, wake a waiter: a writer
+-- (`writer`, which no reader acts on) if writers registered intents, since the readers
+-- waiting behind those intents stay out until the writer has had its turn (its release
+-- wakes them all) or withdrawn (so does that); else any one.
 -- KEYS[1] lock hash, whose string is also its wake-up channel, KEYS[2] readers, KEYS[3]
 -- intents (all one slot; these modes publish on every release, best-effort: see
 -- setnx/release.lua); ARGV[1] owner, ARGV[2] the acquisition's nonce (ARGV[3], a wake-up
@@ -41,6 +42,6 @@ if s.readers_until <= now and not s.writer then
     intents_until = latest(INTENTS)
   end
   redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', LOCK,
-    intents_until > now and 'all' or '')
+    intents_until > now and 'writer' or '')
 end
 return 1
