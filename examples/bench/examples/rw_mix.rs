@@ -10,6 +10,8 @@
 //! ```sh
 //! cargo run --release -p distlock-bench --example rw_mix -- [seconds, default 5] [tasks, default 8] [peer]
 //! ```
+//!
+//! With `RW_MIX_URL` set, it runs against that server instead of starting one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -48,19 +50,23 @@ async fn main() {
     let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
     let tasks: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
     let peer = args.next().is_some_and(|a| a == "peer");
-    let server = distlock_testkit::RedisServer::start();
-    let client = distlock::Client::connect(&server.url())
-        .await
-        .expect("connect");
+    // RW_MIX_URL: a server of the caller's (to watch it with MONITOR, say) instead of one
+    // started here.
+    let own = std::env::var("RW_MIX_URL")
+        .is_err()
+        .then(distlock_testkit::RedisServer::start);
+    let url = std::env::var("RW_MIX_URL")
+        .unwrap_or_else(|_| own.as_ref().map(|s| s.url()).unwrap_or_default());
+    let client = distlock::Client::connect(&url).await.expect("connect");
     let provider = Arc::new(
         distributed_lock_redis::RedisLockProvider::builder()
-            .url(server.url())
+            .url(url.clone())
             .expiry(TTL)
             .build()
             .await
             .expect("connect"),
     );
-    let mut raw = redis::Client::open(server.url())
+    let mut raw = redis::Client::open(url.as_str())
         .expect("url")
         .get_multiplexed_async_connection()
         .await
