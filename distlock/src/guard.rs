@@ -202,7 +202,10 @@ impl Guard {
             // must never pass to a local waiter, whatever happens to this future (dropped,
             // it would otherwise be handed on by `Drop` while another client holds the lock).
             self.tenure = None;
-            let held_for = self.held_for();
+            // The one monotonic reading of the release: how long it was held, the patience
+            // and the lease's end as an `Instant` all count from it.
+            let now = Instant::now();
+            let held_for = now.saturating_duration_since(self.acquired_at);
             self.unregister();
             let labels = self.lease.labels.clone();
             if let Some(left) = self.min_hold_left() {
@@ -227,9 +230,8 @@ impl Guard {
             }
             // Patience for a reconnection or a failover; then `Drop` carries on in the
             // background.
-            let until = self.lease.valid_until();
-            let patience = lease::after(Instant::now(), self.shared.response_timeout);
-            let held = self.lease.is_valid();
+            let (held, until) = self.lease.validity_from(now);
+            let patience = lease::after(now, self.shared.response_timeout);
             let result = self.hold.release(until, Some(patience), held).await;
             match result {
                 Ok(released) => {

@@ -66,6 +66,34 @@ pub(crate) fn after(start: Instant, d: Duration) -> Instant {
         .unwrap_or(start)
 }
 
+/// Both clocks read together: the monotonic one (`Instant`: timers, retries, the watchdog's
+/// schedule) and [`boot_now`]'s (lease deadlines). Taken once before an acquire request is sent,
+/// it is the one reading the lease is measured from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    pub(crate) at: Instant,
+    boot: Duration,
+}
+
+impl Stamp {
+    pub(crate) fn now() -> Stamp {
+        Stamp {
+            at: Instant::now(),
+            boot: boot_now(),
+        }
+    }
+
+    /// The instant `at` with its boot-clock time as of now, for tests that place requests
+    /// in the past or the future.
+    #[cfg(test)]
+    pub(crate) fn of(at: Instant) -> Stamp {
+        Stamp {
+            at,
+            boot: boot_of(at),
+        }
+    }
+}
+
 /// What the guard and the watchdog both know about one held lease.
 ///
 /// Once lost, a lease stays lost: a renewal that succeeds after the local deadline has passed
@@ -90,10 +118,12 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
-    /// A lease granted for `ttl` by a request sent at `sent`.
-    pub(crate) fn new(sent: Instant, ttl: Duration, labels: Arc<Labels>) -> Self {
+    /// A lease granted for `ttl` by a request sent after `sent` was read. The deadline counts
+    /// from the boot clock's reading of then, not from one converted afterwards: a host
+    /// suspended while the request was on its way would otherwise add the suspension to it.
+    pub(crate) fn new(sent: Stamp, ttl: Duration, labels: Arc<Labels>) -> Self {
         LeaseState {
-            valid: Mutex::new((boot_deadline(sent, ttl), sent)),
+            valid: Mutex::new((sent.boot + trusted(ttl), sent.at)),
             lost: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
             changed: Notify::new(),
@@ -113,16 +143,24 @@ impl LeaseState {
     /// [`valid_until`](Self::valid_until), for a caller that has just read the clock
     /// (`instant`): one clock read fewer on the acquisition's path.
     pub(crate) fn valid_until_from(&self, instant: Instant) -> Instant {
-        let (deadline, now) = (self.deadline(), boot_now());
-        match deadline.checked_sub(now) {
-            Some(left) => after(instant, left),
-            None => instant.checked_sub(now - deadline).unwrap_or(instant),
-        }
+        self.validity_from(instant).1
     }
 
     /// True while the lease can be trusted.
     pub(crate) fn is_valid(&self) -> bool {
         !self.lost.load(Ordering::Acquire) && boot_now() < self.deadline()
+    }
+
+    /// [`is_valid`](Self::is_valid) and [`valid_until_from`](Self::valid_until_from)`(instant)`
+    /// on one reading of the boot clock, for a caller that has just read `instant`.
+    pub(crate) fn validity_from(&self, instant: Instant) -> (bool, Instant) {
+        let (deadline, now) = (self.deadline(), boot_now());
+        let valid = !self.lost.load(Ordering::Acquire) && now < deadline;
+        let until = match deadline.checked_sub(now) {
+            Some(left) => after(instant, left),
+            None => instant.checked_sub(now - deadline).unwrap_or(instant),
+        };
+        (valid, until)
     }
 
     /// Records a successful renewal sent at `sent`, after which the server said the lease has
@@ -246,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_lease_does_not_survive_a_suspend_of_the_host() {
-        let lease = LeaseState::new(Instant::now(), Duration::from_secs(10), labels());
+        let lease = LeaseState::new(Stamp::now(), Duration::from_secs(10), labels());
         assert!(lease.is_valid());
         // The monotonic clock stands still while the host sleeps; the boot clock does not.
         SUSPENDED.with(|s| s.set(Duration::from_secs(3600)));
@@ -294,8 +332,9 @@ mod tests {
 
     #[test]
     fn the_latest_sent_renewal_decides_even_when_it_shortens() {
-        let t = Instant::now();
-        let lease = LeaseState::new(t, Duration::from_secs(10), labels());
+        let sent = Stamp::now();
+        let t = sent.at;
+        let lease = LeaseState::new(sent, Duration::from_secs(10), labels());
         // A renewal sent later that found less on the server wins...
         assert!(lease.renewed(t + Duration::from_millis(1), Duration::from_millis(500)));
         let short = lease.deadline();

@@ -138,10 +138,13 @@ impl<'a> Waiter<'a> {
     /// Before the first attempt: if tasks of this process already attempt or wait for the
     /// lock, queue behind them. Otherwise a task that just released would win again at once
     /// (its attempt needs no wake-up) and starve the others, and a crowd arriving together
-    /// would all strike Redis for one winner.
-    pub(crate) async fn arrive(&mut self, left: Duration) {
+    /// would all strike Redis for one winner. True when it queued (and so may have slept).
+    pub(crate) async fn arrive(&mut self, left: Duration) -> bool {
         match self.notifier.channels().arrive(&self.key) {
-            Arrival::Attempt(in_flight) => self.in_flight = Some(in_flight),
+            Arrival::Attempt(in_flight) => {
+                self.in_flight = Some(in_flight);
+                false
+            }
             Arrival::Queue { holder_until } => {
                 // A release that frees the lock for many from now on is for this caller too
                 // (not a subscription: the first to join re-checks, see `sleep_subscribed`).
@@ -152,6 +155,7 @@ impl<'a> Waiter<'a> {
                 // Boxed, here and in `pause`: only a contended lock sleeps, and the sleep's
                 // state would otherwise size (and be copied with) every acquisition's future.
                 Box::pin(self.sleep_subscribed(cap, false, left)).await;
+                true
             }
         }
     }

@@ -15,7 +15,7 @@ use crate::guard::{Guard, GuardParts, Registration};
 use crate::handoff::{Tenure, Terms, Transfer};
 use crate::identity::{self, Site};
 use crate::key::LockKey;
-use crate::lease::{self, LeaseState};
+use crate::lease::{self, LeaseState, Stamp};
 use crate::mode::LockMode;
 use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
@@ -228,7 +228,7 @@ impl Plan<'_> {
         lease: Arc<LeaseState>,
     ) -> Guard {
         let watch = self.period.map(|period| {
-            self.shared.watchdog.watch(Watch {
+            let watch = Watch {
                 algorithm: self.algorithm,
                 key: self.key.clone(),
                 id: id.clone(),
@@ -237,7 +237,8 @@ impl Plan<'_> {
                 // A cap too large to add is no cap.
                 stop_at: self.max_hold.and_then(|cap| sent.checked_add(cap)),
                 lease: lease.clone(),
-            })
+            };
+            self.shared.watchdog.watch(watch, sent)
         });
         let hold = self.hold(id);
         self.shared.holds.hold(&hold, self.context, lease.clone());
@@ -331,7 +332,11 @@ async fn unless_closed<F: Future>(shared: &Shared, wait: F) -> Result<F::Output,
 }
 
 async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
-    let started = Instant::now();
+    // Also the first attempt's send time when nothing is awaited before it: a reading taken
+    // before the request is sent, as a lease's must be, and one clock read fewer.
+    let started = Stamp::now();
+    let mut unsent = Some(started);
+    let started = started.at;
     let deadline = started.checked_add(plan.wait);
     let waits = !plan.wait.is_zero();
     let shared = plan.shared;
@@ -346,11 +351,11 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     // tasks wait for the very hold it extends. Nor does a set of names: it waits for the
     // name its attempt finds busy, which it does not know yet.
     if waits && !plan.algorithm.shared && !plan.reentry && !plan.key.is_set() {
-        if unless_closed(shared, waiter.arrive(plan.wait))
-            .await
-            .is_err()
-        {
-            return Err(shut_down(&plan.key));
+        match unless_closed(shared, waiter.arrive(plan.wait)).await {
+            Err(()) => return Err(shut_down(&plan.key)),
+            // Queued behind local waiters: the first attempt takes a reading of its own.
+            Ok(true) => unsent = None,
+            Ok(false) => {}
         }
         if let Some(transfer) = waiter.take_handed() {
             return Ok((plan.adopt(transfer), 0));
@@ -374,7 +379,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     loop {
         attempts += 1;
         waiter.attempting();
-        let sent = Instant::now();
+        let sent = unsent.take().unwrap_or_else(Stamp::now);
         let ask = Ask {
             unsure,
             want_holder_ttl: !waiter.knows_holder(),
@@ -393,6 +398,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
                 ask,
                 replicas: plan.replicas,
                 site: plan.site_number,
+                sent: sent.at,
             })
             .await;
         let (error, holder_ttl) = match answer {
@@ -401,7 +407,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
                 if lease.is_valid() {
                     // Taking the lock withdrew the intent.
                     (pending.armed, pending.intent) = (false, false);
-                    let guard = plan.guard(pending.hold.id.clone(), fence, sent, lease);
+                    let guard = plan.guard(pending.hold.id.clone(), fence, sent.at, lease);
                     return Ok((guard, attempts));
                 }
                 // The answer came so late that the lease is already spent: give it back and

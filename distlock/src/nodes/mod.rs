@@ -33,7 +33,7 @@ pub(crate) mod records;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
@@ -95,6 +95,8 @@ pub(crate) struct AcquireAttempt<'a> {
     pub(crate) replicas: Option<Replicas>,
     /// The call site's number in this process, whose record the server must have first.
     pub(crate) site: u32,
+    /// When the attempt was started (read before it): the records' clock.
+    pub(crate) sent: Instant,
 }
 
 /// What one node said.
@@ -173,6 +175,7 @@ impl Nodes {
             ask,
             replicas,
             site,
+            sent,
         } = attempt;
         if self.records.lacks(site) {
             // Before the first hold from a call site: the record that names it.
@@ -185,7 +188,7 @@ impl Nodes {
             let write = self.records.write_lacking(site, conns, self.node_timeout);
             Box::pin(write).await;
         }
-        self.records.rewrite_if_old(&self.nodes, &self.tasks);
+        self.records.rewrite_if_old(&self.nodes, &self.tasks, sent);
         if let Some(mut conn) = self.single(id) {
             self.nodes[0].eviction.check(&mut conn).await?;
             // A set of names spanning slots, on a Redis Cluster: a slot at a time.

@@ -37,34 +37,17 @@ pub(crate) struct Records {
 struct Written {
     /// How many of the process's sites the server's record has (or was last sent).
     sites: AtomicUsize,
-    /// When it was last written, in ms on [`now_ms`]'s clock; 0 before the first write.
+    /// When it was last written, in ms on [`ms_at`]'s clock; 0 before the first write.
     at_ms: AtomicU64,
 }
 
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
-/// Milliseconds on a monotonic clock, never 0 (which means "never written"). Every
-/// acquisition reads it (`rewrite_if_old`): on Linux the coarse monotonic clock, a few ms
-/// fine and read without the TSC, which a minute's schedule does not need (it cannot fail
-/// there); elsewhere the time since [`EPOCH`].
-fn now_ms() -> u64 {
-    #[cfg(target_os = "linux")]
-    if let Some(ms) = coarse_ms() {
-        return ms + 1;
-    }
-    EPOCH.elapsed().as_millis() as u64 + 1
-}
-
-/// `CLOCK_MONOTONIC_COARSE` in ms.
-#[cfg(target_os = "linux")]
-fn coarse_ms() -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes to it.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0;
-    read.then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
+/// `at` in milliseconds since [`EPOCH`], never 0 (which means "never written"). From a reading
+/// the caller already took: every acquisition asks (`rewrite_if_old`), and a minute's schedule
+/// needs no clock read of its own.
+fn ms_at(at: Instant) -> u64 {
+    at.saturating_duration_since(*EPOCH).as_millis() as u64 + 1
 }
 
 impl Records {
@@ -94,7 +77,7 @@ impl Records {
     /// trip per site, not one per acquisition.
     pub(crate) async fn write_lacking(&self, site: u32, conns: Vec<Conn>, timeout: Duration) {
         let count = identity::site_count();
-        let now = now_ms();
+        let now = ms_at(Instant::now());
         let writes = conns
             .into_iter()
             .zip(&self.written)
@@ -113,9 +96,10 @@ impl Records {
         futures_util::future::join_all(writes).await;
     }
 
-    /// Writes a record again in the background where its last write is over a minute old.
-    pub(crate) fn rewrite_if_old(&self, nodes: &[Node], tasks: &Tasks) {
-        let now = now_ms();
+    /// Writes a record again in the background where its last write is over a minute old,
+    /// as of `now` (a reading the caller took).
+    pub(crate) fn rewrite_if_old(&self, nodes: &[Node], tasks: &Tasks, now: Instant) {
+        let now = ms_at(now);
         let every = REWRITE_EVERY.as_millis() as u64;
         for (node, w) in nodes.iter().zip(&self.written) {
             let last = w.at_ms.load(Ordering::Relaxed);

@@ -117,11 +117,12 @@ impl Watchdog {
         Watchdog { shared, task }
     }
 
-    /// Starts renewing a lease, until the returned [`Watching`] is dropped.
-    pub(crate) fn watch(&self, watch: Watch) -> Watching {
+    /// Starts renewing a lease just granted on a request sent at `sent`, until the returned
+    /// [`Watching`] is dropped.
+    pub(crate) fn watch(&self, watch: Watch, sent: Instant) -> Watching {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut table = self.shared.table();
-        let due = table.insert(id, watch);
+        let due = table.insert(id, watch, sent);
         // Wake the task only if it sleeps past this lease's due time; usually it is already
         // due to wake earlier, and waking it for every acquisition would cost every lock.
         let wake = self.shared.sleeping_until().is_none_or(|t| due < t);
@@ -201,7 +202,10 @@ async fn schedule(shared: &Shared, nodes: &Nodes) {
         let (started, next) = start_due(shared);
         if started {
             // A client that only renews keeps its holders' record alive too.
-            nodes.records.rewrite_if_old(&nodes.nodes, &nodes.tasks);
+            let now = Instant::now();
+            nodes
+                .records
+                .rewrite_if_old(&nodes.nodes, &nodes.tasks, now);
             for work in &shared.work {
                 work.notify_one();
             }

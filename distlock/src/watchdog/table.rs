@@ -89,12 +89,12 @@ impl Table {
         }
     }
 
-    /// Adds a lease, first due a period from now; returns that time.
-    pub(super) fn insert(&mut self, id: u64, watch: Watch) -> Instant {
-        let now = Instant::now();
-        let due = now + watch.period;
+    /// Adds a lease just granted on a request sent at `sent`, first due a period from then
+    /// (not from now: a renewal a round trip early is never late); returns that time.
+    pub(super) fn insert(&mut self, id: u64, watch: Watch, sent: Instant) -> Instant {
+        let due = sent + watch.period;
         let entry = Entry {
-            ends: watch.lease.valid_until_from(now),
+            ends: valid_until(sent, Duration::from_millis(watch.ttl_ms)),
             watch,
             due,
             round: None,
@@ -305,7 +305,7 @@ mod tests {
     use super::*;
     use crate::algorithm::HoldId;
     use crate::key::LockKey;
-    use crate::lease::LeaseState;
+    use crate::lease::{LeaseState, Stamp};
     use crate::telemetry::Labels;
     use std::sync::Arc;
 
@@ -331,7 +331,7 @@ mod tests {
             ttl_ms: TTL.as_millis() as u64,
             period: TTL / 3,
             stop_at: None,
-            lease: Arc::new(LeaseState::new(t, TTL, labels)),
+            lease: Arc::new(LeaseState::new(Stamp::of(t), TTL, labels)),
         }
     }
 
@@ -450,7 +450,7 @@ mod tests {
         let mut table = Table::new(2);
         // Ends: 0 last, 2 first, 1 between.
         for (id, sent) in [(0, t + ms(300)), (1, t + ms(200)), (2, t + ms(100))] {
-            table.insert(id, watch(sent));
+            table.insert(id, watch(sent), sent);
         }
         let (started, _) = table.start_due(t + ms(400) + TTL / 3);
         assert!(started);
