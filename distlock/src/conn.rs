@@ -19,6 +19,7 @@
 //! * **Sentinel**: see [`sentinel`].
 
 pub(crate) mod link;
+pub(crate) mod pack;
 pub(crate) mod resp;
 pub(crate) mod sentinel;
 mod subscriptions;
@@ -33,6 +34,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 pub(crate) use link::Link;
+pub(crate) use pack::{Args, Command};
 pub(crate) use sentinel::SentinelConn;
 pub(crate) use wire::PushSink;
 
@@ -157,6 +159,27 @@ impl Conn {
             }
             Err(source) => Err(source),
         }
+    }
+
+    /// Sends `command` and returns its answer, a server error as `Err` (as
+    /// `Cmd::query_async` does). On distlock's own connections the command is packed straight
+    /// into the bytes waiting to be written; the others get it as a `Cmd`.
+    pub(crate) async fn send(&mut self, command: &(impl Command + Sync)) -> RedisResult<Value> {
+        let answer = match self {
+            // Boxed, as redis-rs boxes every request: the wait for the answer would otherwise
+            // size (and be moved with) each caller's future.
+            Conn::Link(link) => Box::pin(link.call(|out| pack::pack(out, command), 1))
+                .await?
+                .pop()
+                .unwrap_or(Value::Nil),
+            other => Box::pin(other.query_cmd(pack::to_cmd(command))).await?,
+        };
+        answer.extract_error()
+    }
+
+    /// `cmd`'s raw answer, the command kept in this future rather than in the caller's.
+    async fn query_cmd(&mut self, cmd: Cmd) -> RedisResult<Value> {
+        self.req_packed_command(&cmd).await
     }
 
     /// True on a Redis Cluster: wake-ups use sharded pub/sub there.

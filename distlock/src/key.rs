@@ -299,6 +299,13 @@ pub(crate) struct Helper<'a> {
     body: &'a [u8],
 }
 
+impl<'a> Helper<'a> {
+    /// The key, in the pieces it is written from.
+    pub(crate) fn parts(&self) -> [&'a [u8]; 3] {
+        [self.before, self.infix, self.body]
+    }
+}
+
 impl ToRedisArgs for Helper<'_> {
     fn write_redis_args<W>(&self, out: &mut W)
     where

@@ -12,7 +12,7 @@ use super::{
     evalsha, invoke, is_noscript, is_wrong_type, script_error, with_body, Algorithm, HoldId,
 };
 use crate::config::Replicas;
-use crate::conn::Conn;
+use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
@@ -47,6 +47,54 @@ pub(crate) enum Attempt {
     },
 }
 
+impl<'a> AcquireCall<'a> {
+    /// The plain `SET`, no script.
+    #[cfg(test)]
+    pub(crate) fn plain(&self) -> bool {
+        self.script.is_none()
+    }
+
+    /// The plain `SET key value NX PX ttl [GET]` (for a call without a script).
+    pub(crate) fn set_nx(&self) -> SetNx<'a> {
+        SetNx {
+            key: self.key.lock(),
+            value: self.id.owner.as_bytes(),
+            ttl_ms: self.ttl_ms,
+            get: self.get,
+        }
+    }
+
+    /// The call as a `redis::Cmd`: the script's, or the plain `SET`.
+    #[cfg(test)]
+    pub(crate) fn cmd(&self) -> Cmd {
+        match &self.script {
+            Some(cmd) => cmd.clone(),
+            None => crate::conn::pack::to_cmd(&self.set_nx()),
+        }
+    }
+}
+
+/// `SET key value NX PX ttl`, and `GET` for a caller that does not wait.
+pub(crate) struct SetNx<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    ttl_ms: u64,
+    get: bool,
+}
+
+impl Command for SetNx<'_> {
+    fn write(&self, out: &mut impl Args) {
+        out.push_packed(b"$3\r\nSET\r\n", &[b"SET"]);
+        out.push(&[self.key]);
+        out.push(&[self.value]);
+        out.push_packed(b"$2\r\nNX\r\n$2\r\nPX\r\n", &[b"NX", b"PX"]);
+        out.push_int(self.ttl_ms);
+        if self.get {
+            out.push_packed(b"$3\r\nGET\r\n", &[b"GET"]);
+        }
+    }
+}
+
 /// What one acquire attempt asks for besides the hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ask {
@@ -75,8 +123,9 @@ pub(crate) struct AcquireCall<'a> {
     id: &'a HoldId,
     ttl_ms: u64,
     ask: Ask,
-    pub(crate) cmd: Cmd,
-    pub(crate) plain: bool,
+    /// The script's call; `None` for the plain `SET`, which is packed from the fields above
+    /// where it is sent (see [`SetNx`]).
+    script: Option<Cmd>,
     /// The plain command carries `GET` (a caller that does not wait).
     pub(crate) get: bool,
 }
@@ -105,28 +154,13 @@ impl Algorithm {
     ) -> AcquireCall<'a> {
         let get = !ask.waits;
         let plain = self.plain_acquire && !ask.fencing && !(get && get_refused);
-        let cmd = if plain {
-            let mut cmd = Cmd::with_capacity(7, key.lock().len() + id.owner.len() + 40);
-            cmd.arg("SET")
-                .arg(key.lock())
-                .arg(&*id.owner)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms);
-            if get {
-                cmd.arg("GET");
-            }
-            cmd
-        } else {
-            self.acquire_script_cmd(key, id, ttl_ms, ask)
-        };
+        let script = (!plain).then(|| self.acquire_script_cmd(key, id, ttl_ms, ask));
         AcquireCall {
             key,
             id,
             ttl_ms,
             ask,
-            cmd,
-            plain,
+            script,
             get,
         }
     }
@@ -194,21 +228,21 @@ impl Algorithm {
     /// lock and its reply was lost: the script makes the lease last at least the ttl, never
     /// shortening it) and `WRONGTYPE` (a lock of another mode, or the application's data:
     /// the script tells which).
-    pub(crate) async fn send_acquire<C: ConnectionLike>(
+    pub(crate) async fn send_acquire(
         &self,
-        conn: &mut C,
+        conn: &mut Conn,
         call: &AcquireCall<'_>,
         server: &ServerQuirks,
     ) -> Result<Attempt, Error> {
         let key = call.key;
-        if !call.plain {
+        if let Some(script) = &call.script {
             // Boxed: the fenced acquisition would size the plain one's future too.
-            let reply: Value = Box::pin(invoke(&self.acquire, &call.cmd, conn))
+            let reply: Value = Box::pin(invoke(&self.acquire, script, conn))
                 .await
                 .map_err(|e| script_error(Op::Acquire, key, e))?;
             return parse_acquire(self.mode, key, reply);
         }
-        let reply: Value = match call.cmd.query_async(conn).await {
+        let reply: Value = match conn.send(&call.set_nx()).await {
             Ok(reply) => reply,
             Err(e) if is_wrong_type(&e) => {
                 return Box::pin(self.settle_by_script(conn, call, false)).await
@@ -277,9 +311,9 @@ impl Algorithm {
     }
 
     /// One acquire attempt on one connection to `server`.
-    pub(crate) async fn try_acquire<C: ConnectionLike>(
+    pub(crate) async fn try_acquire(
         &self,
-        conn: &mut C,
+        conn: &mut Conn,
         server: &ServerQuirks,
         key: &LockKey,
         id: &HoldId,
@@ -306,11 +340,12 @@ impl Algorithm {
     ) -> Result<Attempt, Error> {
         let key = call.key;
         let script;
-        let cmd = if call.plain {
-            script = self.acquire_script_cmd(key, call.id, call.ttl_ms, call.ask);
-            &script
-        } else {
-            &call.cmd
+        let cmd = match &call.script {
+            Some(cmd) => cmd,
+            None => {
+                script = self.acquire_script_cmd(key, call.id, call.ttl_ms, call.ask);
+                &script
+            }
         };
         let timeout_ms = replicas.timeout.as_millis().max(1);
         let mut first = cmd.clone();

@@ -36,11 +36,12 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Cmd;
 
+use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 
 use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
-pub(crate) use script::{evalsha, invoke, is_noscript, with_body, Lua};
+pub(crate) use script::{evalsha, invoke, invoke_args, is_noscript, with_body, Lua, ScriptCall};
 
 #[cfg(any(test, feature = "_fuzzing"))]
 pub(crate) use acquire::parse_acquire;
@@ -123,44 +124,43 @@ impl Algorithm {
         sharded: bool,
         listening: bool,
     ) -> Cmd {
-        let args = [
-            id.owner.as_bytes(),
-            id.nonce.as_bytes(),
-            wake.as_bytes(),
-            if sharded { &b"s"[..] } else { b"" },
-            if listening { &b"1"[..] } else { b"" },
-        ];
-        // The script reads a missing argument as empty; each one sent costs the server work
-        // on every release (see setnx/release.lua).
-        let sent = args
-            .iter()
-            .rposition(|a| !a.is_empty())
-            .map_or(0, |i| i + 1);
-        let names = key.members();
-        let keys = names.len() * (1 + self.helpers.len() + usize::from(self.waited_mark));
-        let bytes = keys * (key.lock().len() + 10) + args.iter().map(|a| a.len()).sum::<usize>();
-        let mut cmd = evalsha(&self.release, keys, keys + sent, bytes);
-        self.lock_keys(&mut cmd, names);
-        if self.waited_mark {
-            for name in names {
-                cmd.arg(name.helper_arg(Kind::Waited));
-            }
+        let args = self.release_args(key, id, wake, sharded, listening);
+        crate::conn::pack::to_cmd(&ScriptCall {
+            script: &self.release,
+            source: false,
+            args: &args,
+        })
+    }
+
+    /// What [`release_cmd`](Self::release_cmd) sends after the script: `numkeys`, the KEYS,
+    /// the ARGV.
+    pub(crate) fn release_args<'a>(
+        &'a self,
+        key: &'a LockKey,
+        id: &'a HoldId,
+        wake: &'a str,
+        sharded: bool,
+        listening: bool,
+    ) -> ReleaseArgs<'a> {
+        ReleaseArgs {
+            algorithm: self,
+            key,
+            id,
+            wake,
+            sharded,
+            listening,
         }
-        for arg in &args[..sent] {
-            cmd.arg(*arg);
-        }
-        cmd
     }
 
     /// The keys every call declares first: each name's lock key, then each name's helper
     /// keys of this mode.
-    pub(crate) fn lock_keys(&self, cmd: &mut Cmd, names: &[LockKey]) {
+    pub(crate) fn lock_keys(&self, out: &mut impl Args, names: &[LockKey]) {
         for name in names {
-            cmd.arg(name.lock());
+            out.push(&[name.lock()]);
         }
         for &kind in self.helpers {
             for name in names {
-                cmd.arg(name.helper_arg(kind));
+                out.push(&name.helper_arg(kind).parts());
             }
         }
     }
@@ -181,16 +181,19 @@ impl Algorithm {
 
     /// Gives the acquisition back if it is still held; `false` when it was not (expired,
     /// taken, or given back by an earlier try).
-    pub(crate) async fn try_release<C: ConnectionLike>(
+    pub(crate) async fn try_release(
         &self,
-        conn: &mut C,
+        conn: &mut Conn,
         key: &LockKey,
         id: &HoldId,
         sharded: bool,
         listening: bool,
     ) -> Result<bool, Error> {
-        let cmd = self.release_cmd(key, id, "", sharded, listening);
-        self.send_release(conn, key, &cmd).await
+        let args = self.release_args(key, id, "", sharded, listening);
+        let n: i64 = invoke_args(&self.release, &args, conn)
+            .await
+            .map_err(|e| script_error(Op::Release, key, e))?;
+        Ok(n == 1)
     }
 
     /// The extension as a command: makes the lease last at least `ttl_ms` from now if the
@@ -230,6 +233,49 @@ impl Algorithm {
     ) -> Result<Option<Duration>, Error> {
         let cmd = self.extend_cmd(key, id, ttl_ms);
         self.send_extend(conn, key, &cmd).await
+    }
+}
+
+/// A release's `numkeys`, KEYS and ARGV (see the table above): each lock key, the mode's
+/// helpers, a setnx lock's waited-for mark; the owner, the nonce, the wake-up id, `s` to
+/// SPUBLISH, `1` to publish unmarked.
+pub(crate) struct ReleaseArgs<'a> {
+    algorithm: &'a Algorithm,
+    key: &'a LockKey,
+    id: &'a HoldId,
+    wake: &'a str,
+    sharded: bool,
+    listening: bool,
+}
+
+impl Command for ReleaseArgs<'_> {
+    fn write(&self, out: &mut impl Args) {
+        let algorithm = self.algorithm;
+        let args = [
+            self.id.owner.as_bytes(),
+            self.id.nonce.as_bytes(),
+            self.wake.as_bytes(),
+            if self.sharded { &b"s"[..] } else { b"" },
+            if self.listening { &b"1"[..] } else { b"" },
+        ];
+        // The script reads a missing argument as empty; each one sent costs the server work
+        // on every release (see setnx/release.lua).
+        let sent = args
+            .iter()
+            .rposition(|a| !a.is_empty())
+            .map_or(0, |i| i + 1);
+        let names = self.key.members();
+        let keys = names.len() * (1 + algorithm.helpers.len() + usize::from(algorithm.waited_mark));
+        out.push_int(keys as u64);
+        algorithm.lock_keys(out, names);
+        if algorithm.waited_mark {
+            for name in names {
+                out.push(&name.helper_arg(Kind::Waited).parts());
+            }
+        }
+        for arg in &args[..sent] {
+            out.push(&[arg]);
+        }
     }
 }
 

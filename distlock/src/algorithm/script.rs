@@ -7,18 +7,21 @@
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
+use crate::conn::{Args, Command, Conn};
+
 /// A script and its source: sent by hash, and by source where the server lacks it.
 pub(crate) struct Lua {
     script: Script,
     code: &'static str,
+    /// `EVALSHA <sha>` packed as RESP, for [`ScriptCall`].
+    head: Vec<u8>,
 }
 
 impl Lua {
     pub(crate) fn new(code: &'static str) -> Lua {
-        Lua {
-            script: Script::new(code),
-            code,
-        }
+        let script = Script::new(code);
+        let head = crate::conn::pack::packed(&[b"EVALSHA", script.get_hash().as_bytes()]);
+        Lua { script, code, head }
     }
 }
 
@@ -67,6 +70,48 @@ pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
         }
     }
     eval
+}
+
+/// A script call as a [`Command`]: `EVALSHA <sha>`, or for a server that lacks the script
+/// `EVAL <source>`, then `args` (`numkeys`, the KEYS, the ARGV).
+pub(crate) struct ScriptCall<'a, A> {
+    pub(crate) script: &'a Lua,
+    pub(crate) source: bool,
+    pub(crate) args: &'a A,
+}
+
+impl<A: Command> Command for ScriptCall<'_, A> {
+    fn write(&self, out: &mut impl Args) {
+        if self.source {
+            out.push(&[b"EVAL"]);
+            out.push(&[self.script.code.as_bytes()]);
+        } else {
+            let sha = self.script.get_hash().as_bytes();
+            out.push_packed(&self.script.head, &[b"EVALSHA", sha]);
+        }
+        self.args.write(out);
+    }
+}
+
+/// [`invoke`] for a call described as a [`Command`] (`args`: `numkeys`, the KEYS, the
+/// ARGV), packed straight into the connection's output where it can be (see `conn::pack`).
+pub(crate) async fn invoke_args<T: FromRedisValue, A: Command + Sync>(
+    script: &Lua,
+    args: &A,
+    conn: &mut Conn,
+) -> redis::RedisResult<T> {
+    let call = |source| ScriptCall {
+        script,
+        source,
+        args,
+    };
+    let value = match conn.send(&call(false)).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            conn.send(&call(true)).await
+        }
+        other => other,
+    }?;
+    Ok(redis::from_redis_value(value)?)
 }
 
 /// True when a reply says the server lacks the script it was asked to run.

@@ -133,7 +133,7 @@ impl Link {
     }
 
     /// Sends the `count` commands `write` appends and returns their `count` answers.
-    async fn call(
+    pub(super) async fn call(
         &self,
         write: impl FnOnce(&mut Vec<u8>),
         count: usize,

@@ -61,7 +61,7 @@ fn every_call_declares_each_kind_of_key_once_per_name_in_the_sets_order() {
         };
         let id = id();
         let call = many.acquire_cmd(&key, &id, 1000, ask, false);
-        assert!(!call.plain, "a set is always its script");
+        assert!(!call.plain(), "a set is always its script");
         let mut expected = locks.clone();
         if fencing {
             expected.extend(fences.iter().cloned());
@@ -70,7 +70,7 @@ fn every_call_declares_each_kind_of_key_once_per_name_in_the_sets_order() {
             expected.extend(marks.iter().cloned());
         }
         assert_eq!(
-            declared(&call.cmd),
+            declared(&call.cmd()),
             expected,
             "waits {waits}, fencing {fencing}"
         );

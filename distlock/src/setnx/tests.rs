@@ -142,8 +142,8 @@ fn only_an_acquire_that_does_not_wait_asks_set_for_the_old_value() {
     let id = id("");
     let words = |waits| -> Vec<Vec<u8>> {
         let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits, false), false);
-        assert!(call.plain && call.get != waits);
-        call.cmd
+        assert!(call.plain() && call.get != waits);
+        call.cmd()
             .args_iter()
             .map(|a| match a {
                 redis::Arg::Simple(bytes) => bytes.to_vec(),
@@ -157,16 +157,12 @@ fn only_an_acquire_that_does_not_wait_asks_set_for_the_old_value() {
     assert_eq!(words(false)[6..], [b"GET".to_vec()]);
     // A server that refused `GET` gets the script from a caller that does not wait; a
     // waiter's plain `SET .. NX PX` needs no `GET` and goes on as before.
-    assert!(
-        !setnx
-            .acquire_cmd(&key, &id, 1000, ask(false, false), true)
-            .plain
-    );
-    assert!(
-        setnx
-            .acquire_cmd(&key, &id, 1000, ask(true, false), true)
-            .plain
-    );
+    assert!(!setnx
+        .acquire_cmd(&key, &id, 1000, ask(false, false), true)
+        .plain());
+    assert!(setnx
+        .acquire_cmd(&key, &id, 1000, ask(true, false), true)
+        .plain());
 }
 
 #[test]
@@ -184,4 +180,43 @@ fn a_release_leaves_off_its_trailing_empty_arguments_only() {
     assert_eq!(args(&quorum), with(&[b"t0k3n", b"", b"w1"]));
     let sharded = setnx.release_cmd(&key, &id("n"), "", true, false);
     assert_eq!(args(&sharded), with(&[b"t0k3n", b"n", b"", b"s"]));
+}
+
+/// The hot commands packed straight into a connection's output are the bytes redis-rs packs
+/// for the same arguments.
+#[test]
+fn commands_packed_directly_match_their_cmd() {
+    use crate::conn::pack::{pack, to_cmd};
+    let setnx = &super::SETNX;
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let id = id("");
+    for waits in [false, true] {
+        let call = setnx.acquire_cmd(&key, &id, 1000, ask(waits, false), false);
+        let mut out = Vec::new();
+        pack(&mut out, &call.set_nx());
+        assert_eq!(out, call.cmd().get_packed_command(), "waits {waits}");
+    }
+    for (wake, sharded, listening) in [("", false, false), ("w1", true, true)] {
+        let args = setnx.release_args(&key, &id, wake, sharded, listening);
+        for source in [false, true] {
+            let call = ScriptCall {
+                script: &setnx.release,
+                source,
+                args: &args,
+            };
+            let mut out = Vec::new();
+            pack(&mut out, &call);
+            assert_eq!(out, to_cmd(&call).get_packed_command());
+        }
+        let cmd = setnx.release_cmd(&key, &id, wake, sharded, listening);
+        assert_eq!(
+            cmd.get_packed_command(),
+            to_cmd(&ScriptCall {
+                script: &setnx.release,
+                source: false,
+                args: &args
+            })
+            .get_packed_command()
+        );
+    }
 }
