@@ -174,10 +174,12 @@ impl LockKey {
                 "the name is not UTF-8 ({e}); encode binary ids, e.g. as hex"
             ))
         })?;
-        let (base, body, start) = encode(prefix, None, name);
+        let (parts, body, start) = layout(prefix, None, name);
+        // Straight into the shared buffer: one allocation, where a `Vec` first took two.
+        let base: Arc<[u8]> = parts.iter().flat_map(|p| p.iter().copied()).collect();
         let shortened = (name.len() > DISPLAY_MAX).then(|| Arc::from(shorten(name)));
         Ok(LockKey {
-            base: base.into(),
+            base,
             body,
             name: start..start + name.len(),
             shortened,
@@ -239,23 +241,25 @@ impl LockKey {
 /// The key of `kind` for `name` under `prefix` (the lock key for `None`), where the body
 /// starts in it, and where the name does.
 fn encode(prefix: &str, kind: Option<Kind>, name: &str) -> (Vec<u8>, usize, usize) {
+    let (parts, body, start) = layout(prefix, kind, name);
+    (parts.concat(), body, start)
+}
+
+/// [`encode`]'s key as the pieces it is made of, in order.
+fn layout<'a>(prefix: &'a str, kind: Option<Kind>, name: &'a str) -> ([&'a [u8]; 6], usize, usize) {
     let separator: &[u8] = if prefix.is_empty() { b"" } else { b":" };
     let infix = kind.map_or(&b""[..], Kind::infix);
     let (open, close) = wrapping(name);
     let body = prefix.len() + separator.len() + infix.len();
-    // One allocation: every part has a known length.
-    let mut key = Vec::with_capacity(body + open.len() + name.len() + close.len());
-    for part in [
+    let parts = [
         prefix.as_bytes(),
         separator,
         infix,
         open,
         name.as_bytes(),
         close,
-    ] {
-        key.extend_from_slice(part);
-    }
-    (key, body, body + open.len())
+    ];
+    (parts, body, body + open.len())
 }
 
 /// The key of a process's record, made like a helper key of a lock named by the process's tag

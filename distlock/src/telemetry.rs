@@ -65,6 +65,31 @@ impl Outcome {
 }
 
 impl Labels {
+    /// The labels of an acquisition that sets none (no label, no name recorded, no locked fn):
+    /// one shared value per mode and thread, so the usual acquisition allocates none.
+    pub(crate) fn unlabelled(mode: &'static str) -> std::sync::Arc<Labels> {
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<std::sync::Arc<Labels>>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(labels) if labels.mode == mode => labels.clone(),
+                _ => {
+                    let labels = std::sync::Arc::new(Labels {
+                        mode,
+                        label: Cow::Borrowed(NO_LABEL),
+                        name: None,
+                        site: None,
+                    });
+                    *last = Some(labels.clone());
+                    labels
+                }
+            }
+        })
+    }
+
     /// The span of one acquisition. Its fields are filled in as the acquisition ends, so one
     /// span carries the whole story: what, where from, how long, how many tries, which token.
     pub(crate) fn acquire_span(&self) -> Span {

@@ -55,8 +55,9 @@ pub(crate) type Answer = Result<Vec<Value>, io::ErrorKind>;
 
 pub(crate) struct Wire {
     stream: TcpStream,
-    /// The bytes read and not decoded yet, and the frame being decoded.
-    reader: Mutex<Decoder>,
+    /// The bytes read and not decoded yet, the frame being decoded, and the buffers a read
+    /// hands its answers out with.
+    reader: Mutex<Reader>,
     /// The bytes being written (taken from `Waiting::out`), written up to `at`.
     writer: Mutex<Outgoing>,
     waiting: Mutex<Waiting>,
@@ -76,6 +77,17 @@ pub(crate) struct Wire {
     /// was a visible share of the client's work per lock cycle (callgrind, S2's shape).
     tick: AtomicU64,
     sink: Option<PushSink>,
+}
+
+/// A read's state, under one lock. The buffers are emptied by every read and kept, so that
+/// handing out answers allocates nothing for them.
+#[derive(Default)]
+struct Reader {
+    decoder: Decoder,
+    /// The frames decoded, before they are handed out.
+    frames: Vec<Value>,
+    /// The answers matched to their callers, sent once the queue's lock is released.
+    done: Vec<(oneshot::Sender<Answer>, Answer)>,
 }
 
 #[derive(Default)]
@@ -137,7 +149,7 @@ impl Wire {
     pub(crate) fn new(stream: TcpStream, sink: Option<PushSink>) -> Wire {
         Wire {
             stream,
-            reader: Mutex::new(Decoder::default()),
+            reader: Mutex::new(Reader::default()),
             writer: Mutex::new(Outgoing::default()),
             waiting: Mutex::new(Waiting::default()),
             broken: AtomicBool::new(false),
@@ -329,8 +341,12 @@ impl Wire {
     /// Reads what has arrived and hands out the answers in it, until the socket has nothing
     /// more, or (with `until`) that request is answered.
     fn read(&self, until: Option<u64>) -> Result<(), io::ErrorKind> {
-        let mut decoder = lock(&self.reader);
-        let mut frames = Vec::new();
+        let mut reader = lock(&self.reader);
+        let Reader {
+            decoder,
+            frames,
+            done,
+        } = &mut *reader;
         for _ in 0..READS_PER_CALL {
             if self.is_broken() {
                 return Ok(());
@@ -344,7 +360,7 @@ impl Wire {
             };
             // Before any error: the answers decoded so far reach their callers.
             if !frames.is_empty() {
-                self.hand_out(&mut frames)?;
+                self.hand_out(frames, done)?;
             }
             decoded?;
             if until.is_some_and(|sequence| self.answered.load(Ordering::Acquire) > sequence) {
@@ -367,8 +383,11 @@ impl Wire {
     /// Hands each frame to the request it answers, in order, and each push to the sink. Every
     /// answer matched reaches its caller, even when a later frame is one nobody asked for
     /// (the connection then fails).
-    fn hand_out(&self, frames: &mut Vec<Value>) -> Result<(), io::ErrorKind> {
-        let mut done = Vec::new();
+    fn hand_out(
+        &self,
+        frames: &mut Vec<Value>,
+        done: &mut Vec<(oneshot::Sender<Answer>, Answer)>,
+    ) -> Result<(), io::ErrorKind> {
         let mut pushes = Vec::new();
         let mut unexpected = false;
         {
@@ -385,7 +404,7 @@ impl Wire {
                                 .is_some_and(|c| c.confirms(&kind, &data))
                         });
                         if confirms {
-                            done.push(self.pop(&mut waiting, Ok(Vec::new())));
+                            done.extend(self.pop(&mut waiting, Ok(Vec::new())));
                         }
                         pushes.push(PushInfo { kind, data });
                     }
@@ -397,19 +416,19 @@ impl Wire {
                         };
                         if front.confirm.is_some() {
                             // A subscription change is answered in-band only by an error.
-                            done.push(self.pop(&mut waiting, Ok(vec![answer])));
+                            done.extend(self.pop(&mut waiting, Ok(vec![answer])));
                         } else {
                             front.got.push(answer);
                             if front.got.len() == front.count {
                                 let got = std::mem::take(&mut front.got);
-                                done.push(self.pop(&mut waiting, Ok(got)));
+                                done.extend(self.pop(&mut waiting, Ok(got)));
                             }
                         }
                     }
                 }
             }
         }
-        for (answer, got) in done.into_iter().flatten() {
+        for (answer, got) in done.drain(..) {
             // The caller may be gone (dropped, timed out): its answer is dropped here.
             let _ = answer.send(got);
         }

@@ -226,16 +226,20 @@ impl<'c> LockRequest<'c> {
     // in its future, and every acquisition moves (and a boxing caller allocates) the whole
     // future.
     fn run(mut self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
-        let labels = Arc::new(Labels {
-            mode: self.algorithm.mode.as_str(),
-            // Moved: the labels are where the acquisition keeps it.
-            label: std::mem::take(&mut self.label),
-            name: match (&self.key, self.record_name) {
-                (Ok(key), true) => Some(key.name().into()),
-                _ => None,
-            },
-            site: self.site,
-        });
+        let mode = self.algorithm.mode.as_str();
+        let labels = match (&self.key, self.record_name) {
+            (_, false) if self.site.is_none() && self.label == NO_LABEL => Labels::unlabelled(mode),
+            (key, record_name) => Arc::new(Labels {
+                mode,
+                // Moved: the labels are where the acquisition keeps it.
+                label: std::mem::take(&mut self.label),
+                name: match (key, record_name) {
+                    (Ok(key), true) => Some(key.name().into()),
+                    _ => None,
+                },
+                site: self.site,
+            }),
+        };
         let span = labels.acquire_span();
         Acquiring {
             attempt: acquire(self.asked(), wait, labels.clone()).instrument(span),

@@ -15,7 +15,7 @@ struct Entry {
     /// The renewal in progress, if one is.
     round: Option<Round>,
     /// The lease on each node.
-    on: Box<[OnNode]>,
+    on: PerNode,
     /// When the renewal the lease was last given by this table was sent.
     basis: Option<Instant>,
     /// When the lease ends as last granted or renewed here: the queues' order. Kept here, as
@@ -43,6 +43,42 @@ struct OnNode {
     proof: Option<(Instant, Duration)>,
     /// The node said the hold is not there; it never will be again.
     refused: bool,
+}
+
+/// A lease's state on each node: kept inline for a single node, the usual client, so that
+/// adding a lease allocates nothing for it.
+enum PerNode {
+    One([OnNode; 1]),
+    Many(Box<[OnNode]>),
+}
+
+impl PerNode {
+    fn new(nodes: usize) -> PerNode {
+        match nodes {
+            1 => PerNode::One([OnNode::default()]),
+            n => PerNode::Many(vec![OnNode::default(); n].into()),
+        }
+    }
+}
+
+impl std::ops::Deref for PerNode {
+    type Target = [OnNode];
+
+    fn deref(&self) -> &[OnNode] {
+        match self {
+            PerNode::One(one) => one,
+            PerNode::Many(many) => many,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PerNode {
+    fn deref_mut(&mut self) -> &mut [OnNode] {
+        match self {
+            PerNode::One(one) => one,
+            PerNode::Many(many) => many,
+        }
+    }
 }
 
 /// A node's queue: the leases to renew there, by when each lease ends, the first to end at
@@ -98,7 +134,7 @@ impl Table {
             watch,
             due,
             round: None,
-            on: vec![OnNode::default(); self.queues.len()].into(),
+            on: PerNode::new(self.queues.len()),
             basis: None,
         };
         self.entries.insert(id, entry);
@@ -341,7 +377,7 @@ mod tests {
             watch: watch(t),
             due: t + TTL / 3,
             round: None,
-            on: vec![OnNode::default(); nodes].into(),
+            on: PerNode::new(nodes),
             basis: None,
             ends: valid_until(t, TTL),
         }
