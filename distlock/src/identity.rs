@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::Rng;
 
@@ -40,8 +40,8 @@ fn push_owner_token(s: &mut String) {
 /// as its value, so the description rides in it; release and renewal compare the whole value.
 /// Built in one buffer and shared (the guard and the watchdog both keep it): two allocations
 /// per acquisition. The description up to its time is composed once per thread and site, not
-/// per acquisition.
-pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
+/// per acquisition. `at`: when the acquisition started, a reading the caller already took.
+pub(crate) fn owner_token_described(site: Site, at: Instant) -> Arc<str> {
     thread_local! {
         static DESCRIBED: std::cell::RefCell<((usize, usize), String, String)> =
             const { std::cell::RefCell::new(((0, 0), String::new(), String::new())) };
@@ -59,7 +59,7 @@ pub(crate) fn owner_token_described(site: Site) -> Arc<str> {
         push_owner_token(&mut s);
         s.push('\t');
         s.push_str(&cached.1);
-        push_time(&mut s);
+        push_base36(&mut s, unix_ms_at(at));
         let value = Arc::from(s.as_str());
         cached.2 = s;
         value
@@ -198,10 +198,36 @@ pub(crate) fn push_up_to_time(s: &mut String, site: Site) {
 
 /// The time of an acquisition, ending its description.
 pub(crate) fn push_time(s: &mut String) {
-    let ms = SystemTime::now()
+    push_base36(s, unix_ms());
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    push_base36(s, ms);
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How long a thread's reading of the wall clock serves [`unix_ms_at`].
+const WALL_READING_KEPT: Duration = Duration::from_secs(1);
+
+/// `at` in unix ms: this thread's last reading of the wall clock, if under a second old,
+/// moved on by the monotonic time since. A description's time is for people reading it (when
+/// a hold was taken); a wall-clock step shows in it within a second, and an acquisition
+/// reads no clock for it.
+fn unix_ms_at(at: Instant) -> u64 {
+    thread_local! {
+        static READING: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
+    }
+    let moved_on = READING.get().and_then(|(read_at, ms)| {
+        let since = at.checked_duration_since(read_at)?;
+        (since < WALL_READING_KEPT)
+            .then(|| ms + since.as_secs() * 1000 + u64::from(since.subsec_millis()))
+    });
+    moved_on.unwrap_or_else(|| {
+        let ms = unix_ms();
+        READING.set(Some((at, ms)));
+        ms
+    })
 }
 
 /// Who takes a lock, as stored with a hold (see the module doc).
@@ -336,7 +362,7 @@ mod tests {
     #[test]
     fn a_described_token_stays_within_one_allocation_on_the_server() {
         let long = super::Site::Fn("a::long::module::path::to::a::locked::fn::with::a::long::name");
-        let described = super::owner_token_described(long);
+        let described = super::owner_token_described(long, Instant::now());
         // Redis keeps a string of at most 44 bytes in one allocation with its header.
         assert!(described.len() <= 44, "{described}");
         let (token, holder) = described.split_once('\t').expect("a tab");
@@ -344,8 +370,10 @@ mod tests {
         let read = crate::identity::parse(holder).expect("a description");
         assert_eq!(read.site, crate::identity::site_number(long));
         // The cached description follows the site.
-        let here =
-            super::owner_token_described(super::Site::Caller(std::panic::Location::caller()));
+        let here = super::owner_token_described(
+            super::Site::Caller(std::panic::Location::caller()),
+            Instant::now(),
+        );
         let site = crate::identity::parse(here.split_once('\t').expect("tab").1).expect("read");
         assert_ne!(site.site, read.site);
     }

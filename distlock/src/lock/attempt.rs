@@ -182,12 +182,13 @@ impl Plan<'_> {
     }
 
     /// A new acquisition's id: a retry after a lost reply finds its own hold in place and
-    /// takes it instead of waiting on itself or counting it twice.
-    fn fresh_id(&self) -> HoldId {
+    /// takes it instead of waiting on itself or counting it twice. `at`: a clock reading of
+    /// its start.
+    fn fresh_id(&self, at: Instant) -> HoldId {
         let lane = self.context.lane();
         match self.algorithm.owner {
             OwnerKind::Token => HoldId {
-                owner: identity::owner_token_described(self.site),
+                owner: identity::owner_token_described(self.site, at),
                 nonce: identity::no_nonce(),
                 holder: identity::no_nonce(),
                 lane,
@@ -371,7 +372,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     // (a timeout around `acquire`, a handler whose client went away), the hold is given back
     // in the background instead of blocking the lock for its whole ttl.
     let mut pending = Pending {
-        hold: plan.hold(plan.fresh_id()),
+        hold: plan.hold(plan.fresh_id(started)),
         ttl: plan.ttl,
         armed: false,
         intent: false,
@@ -415,7 +416,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
                 // the give-back (sent in the background) could arrive after the next attempt
                 // took the lock and free that hold (spec/: found by the model checker).
                 pending.give_back();
-                pending.hold.id = plan.fresh_id();
+                pending.hold.id = plan.fresh_id(sent.at);
                 unsure = false;
                 (None, None)
             }
