@@ -61,7 +61,8 @@ impl EvictionCheck {
         if self.state.load(Ordering::Acquire) == ACCEPTED {
             return Ok(());
         }
-        let policies = read_policies(conn).await.map_err(|e| {
+        // Boxed: once per server, and its state would otherwise size every acquisition's future.
+        let policies = Box::pin(read_policies(conn)).await.map_err(|e| {
             if e.code() == Some("NOPERM") {
                 return Error::config(format!(
                     "the Redis user at {} may not run INFO, which the client needs to check that                      the server does not evict held locks: grant it +info, or skip the check with                      ClientBuilder::allow_eviction(true) ({e})",
