@@ -176,7 +176,15 @@ impl LockKey {
         })?;
         let (parts, body, start) = layout(prefix, None, name);
         // Straight into the shared buffer: one allocation, where a `Vec` first took two.
-        let base: Arc<[u8]> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut base: Arc<[u8]> = std::iter::repeat_n(0, len).collect();
+        let mut at = 0;
+        if let Some(bytes) = Arc::get_mut(&mut base) {
+            for part in parts {
+                bytes[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+        }
         let shortened = (name.len() > DISPLAY_MAX).then(|| Arc::from(shorten(name)));
         Ok(LockKey {
             base,
