@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::handoff::{self, Tenure, Transfer};
 use crate::lease::{self, LeaseState};
-use crate::release::Hold;
+use crate::release::{Hold, Until};
 use crate::runtime::Shared;
 use crate::watchdog::Watching;
 
@@ -202,10 +202,6 @@ impl Guard {
             // must never pass to a local waiter, whatever happens to this future (dropped,
             // it would otherwise be handed on by `Drop` while another client holds the lock).
             self.tenure = None;
-            // The one monotonic reading of the release: how long it was held, the patience
-            // and the lease's end as an `Instant` all count from it.
-            let now = Instant::now();
-            let held_for = now.saturating_duration_since(self.acquired_at);
             self.unregister();
             let labels = self.lease.labels.clone();
             if let Some(left) = self.min_hold_left() {
@@ -222,21 +218,24 @@ impl Guard {
                 return match kept {
                     Ok(true) => Ok(()),
                     Ok(false) => {
-                        labels.released(held_for, false);
+                        labels.released(self.acquired_at, false);
                         Err(self.not_owner())
                     }
                     Err(e) => Err(e),
                 };
             }
             // Patience for a reconnection or a failover; then `Drop` carries on in the
-            // background.
-            let (held, until) = self.lease.validity_from(now);
-            let patience = lease::after(now, self.shared.response_timeout);
-            let result = self.hold.release(until, Some(patience), held).await;
+            // background. One clock read: whether the lease was still ours as the release
+            // went out, and where the patience counts from; the lease's end is read only if a
+            // try fails.
+            let (held, start) = self.lease.validity_now();
+            let patience = Some((start, self.shared.response_timeout));
+            let until = Until::Lease(&self.lease);
+            let result = self.hold.release(until, patience, held).await;
             match result {
                 Ok(released) => {
                     self.released = true;
-                    labels.released(held_for, released);
+                    labels.released(self.acquired_at, released);
                     if released {
                         Ok(())
                     } else {
@@ -282,11 +281,10 @@ impl Guard {
         match channels.hand_off(transfer, &tenure.terms) {
             None => {
                 self.released = true;
-                let held_for = self.held_for();
                 if held {
                     self.lease.labels.unheld(self.acquired_at);
                 }
-                self.lease.labels.released(held_for, true);
+                self.lease.labels.released(self.acquired_at, true);
                 true
             }
             Some(transfer) => {

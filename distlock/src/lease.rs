@@ -94,6 +94,17 @@ impl Stamp {
     }
 }
 
+/// A reading of [`boot_now`]'s clock, to measure from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BootReading(Duration);
+
+impl BootReading {
+    /// How long ago it was taken (on the boot clock: a suspension counts).
+    pub(crate) fn elapsed(self) -> Duration {
+        boot_now().saturating_sub(self.0)
+    }
+}
+
 /// What the guard and the watchdog both know about one held lease.
 ///
 /// Once lost, a lease stays lost: a renewal that succeeds after the local deadline has passed
@@ -144,6 +155,19 @@ impl LeaseState {
     /// (`instant`): one clock read fewer on the acquisition's path.
     pub(crate) fn valid_until_from(&self, instant: Instant) -> Instant {
         self.validity_from(instant).1
+    }
+
+    /// [`is_valid`](Self::is_valid), and the reading of the boot clock it was judged on.
+    pub(crate) fn validity_now(&self) -> (bool, BootReading) {
+        let now = boot_now();
+        let valid = !self.lost.load(Ordering::Acquire) && now < self.deadline();
+        (valid, BootReading(now))
+    }
+
+    /// True once the lease has run out on the local clock (lost or not): nothing of it is
+    /// left to free on the server.
+    pub(crate) fn ended(&self) -> bool {
+        boot_now() >= self.deadline()
     }
 
     /// True while the lease can be trusted.

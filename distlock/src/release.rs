@@ -9,12 +9,30 @@ use crate::algorithm::{Algorithm, HoldId};
 use crate::config::DEFAULT_TTL;
 use crate::error::Error;
 use crate::key::LockKey;
-use crate::lease;
+use crate::lease::{self, BootReading, LeaseState};
 use crate::nodes::Nodes;
 
 /// Tries a release gets before a waiting caller's patience can stop it: the first may go to a
 /// connection not yet found silent, the second to its replacement.
 pub(crate) const RELEASE_TRIES: u32 = 3;
+
+/// Until when a release is sent again after a transport failure: the end of the lease, after
+/// which there is nothing left to free.
+#[derive(Clone, Copy)]
+pub(crate) enum Until<'a> {
+    At(Instant),
+    /// The end of this lease, read only if a try failed.
+    Lease(&'a LeaseState),
+}
+
+impl Until<'_> {
+    fn passed(self) -> bool {
+        match self {
+            Until::At(t) => Instant::now() >= t,
+            Until::Lease(lease) => lease.ended(),
+        }
+    }
+}
 
 /// One acquisition's hold on the servers, as a release names it.
 #[derive(Clone)]
@@ -29,23 +47,26 @@ impl Hold {
     /// Sends the release, and again after a transport failure (a lost reply, a silent
     /// connection replaced, a reconnection, a client following a failover) until `until`, the
     /// end of the lease, after which there is nothing left to free. A caller waiting for the
-    /// answer gives its `patience`: past it, a release that has been tried
-    /// [`RELEASE_TRIES`] times stops. True when the release freed the hold. A retry that finds
-    /// nothing counts as released only when `held` (the lease was still ours when the release
-    /// was sent): the earlier try, whose answer was lost, freed it. Otherwise the hold was
-    /// already gone.
+    /// answer gives its `patience`: past it (counted from the reading given with it, taken
+    /// before the first try), a release that has been tried [`RELEASE_TRIES`] times stops.
+    /// True when the release freed the hold. A retry that finds nothing counts as released
+    /// only when `held` (the lease was still ours when the release was sent): the earlier try,
+    /// whose answer was lost, freed it. Otherwise the hold was already gone. The clocks are
+    /// read only after a failed try.
     pub(crate) async fn release(
         &self,
-        until: Instant,
-        patience: Option<Instant>,
+        until: Until<'_>,
+        patience: Option<(BootReading, Duration)>,
         held: bool,
     ) -> Result<bool, Error> {
         let mut pause = Duration::from_millis(2);
         let mut tried = 0;
         loop {
             tried += 1;
-            let again = |now: Instant| {
-                now < until && (tried < RELEASE_TRIES || patience.is_none_or(|p| now < p))
+            let again = || {
+                !until.passed()
+                    && (tried < RELEASE_TRIES
+                        || patience.is_none_or(|(start, patience)| start.elapsed() < patience))
             };
             match self
                 .nodes
@@ -53,7 +74,7 @@ impl Hold {
                 .await
             {
                 Ok(released) => return Ok(released || (tried > 1 && held)),
-                Err(e) if e.is_retryable() && again(Instant::now()) => {
+                Err(e) if e.is_retryable() && again() => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
@@ -67,7 +88,7 @@ impl Hold {
     /// (the hold is gone either way); false leaves it to the caller's background release.
     pub(crate) async fn give_back_now(&self, ttl: Duration) -> bool {
         let until = Instant::now() + ttl;
-        self.release(until, None, true).await.is_ok()
+        self.release(Until::At(until), None, true).await.is_ok()
     }
 
     /// Releases without blocking the caller: `Drop` cannot await, and blocking a runtime
@@ -79,7 +100,7 @@ impl Hold {
         let tasks = self.nodes.tasks.clone();
         tasks.spawn(async move {
             // Nobody is left to report to; the lease bounds the cost of a failure.
-            let _ = self.release(until, None, true).await;
+            let _ = self.release(Until::At(until), None, true).await;
         });
     }
 
@@ -91,7 +112,7 @@ impl Hold {
         tasks.clone().spawn(async move {
             tokio::select! {
                 () = tokio::time::sleep(left) => {
-                    let _ = self.release(valid_until, None, true).await;
+                    let _ = self.release(Until::At(valid_until), None, true).await;
                 }
                 () = tasks.closed() => {}
             }

@@ -13,6 +13,7 @@ use crate::key::LockKey;
 use crate::lease;
 use crate::nodes::Nodes;
 use crate::notify::Notifier;
+use crate::release::Until;
 use crate::watchdog::Watchdog;
 
 /// One client's deployment, settings and local state.
@@ -103,7 +104,7 @@ impl Shared {
             let until = lease.valid_until();
             let released = released.clone();
             tasks.spawn(async move {
-                if let Ok(true) = hold.release(until, None, held).await {
+                if let Ok(true) = hold.release(Until::At(until), None, held).await {
                     released.fetch_add(1, Ordering::Relaxed);
                 }
             });

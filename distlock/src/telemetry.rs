@@ -166,12 +166,17 @@ impl Labels {
         let _ = acquired_at;
     }
 
-    /// A release the server answered.
-    pub(crate) fn released(&self, held_for: Duration, released: bool) {
-        let held_ms = held_for.as_millis() as u64;
+    /// A release the server answered, of a hold taken at `acquired_at`. How long it was held
+    /// (until now) is read from the clock only for an event that is recorded.
+    pub(crate) fn released(&self, acquired_at: std::time::Instant, released: bool) {
+        let held_ms = || acquired_at.elapsed().as_millis() as u64;
         if released {
-            tracing::debug!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, held_ms, "lock released");
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let held_ms = held_ms();
+                tracing::debug!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, held_ms, "lock released");
+            }
         } else {
+            let held_ms = held_ms();
             // The lock was no longer ours: whatever ran after the loss was unprotected.
             tracing::warn!(mode = self.mode, label = %self.label, name = self.name.as_deref(), r#fn = self.site, held_ms, "release refused: the lock was no longer held");
             #[cfg(feature = "metrics")]
