@@ -22,17 +22,22 @@ use crate::sync::lock;
 /// Length of an owner token.
 pub(crate) const TOKEN_LEN: usize = 21;
 
-/// 126 random bits as 21 characters of URL-safe base 64, appended to `s`: a fresh owner token
-/// for one acquisition, so a release or extension can prove it is the holder (the usual
-/// value is a random UUID, which has 122).
+/// [`owner_token`], appended to `s`.
+#[cfg(test)]
 fn push_owner_token(s: &mut String) {
+    s.push_str(std::str::from_utf8(&owner_token()).unwrap_or_default());
+}
+
+/// 126 random bits as 21 characters of URL-safe base 64: a fresh owner token for one
+/// acquisition, so a release or extension can prove it is the holder (the usual value is a
+/// random UUID, which has 122).
+fn owner_token() -> [u8; TOKEN_LEN] {
     let bits = rand::rng().random::<u128>();
     let mut chars = [0u8; TOKEN_LEN];
     for (i, c) in chars.iter_mut().enumerate() {
         *c = ALPHABET[(bits >> (6 * i)) as usize & 63];
     }
-    // Written as one str, not 21 chars (each `char` push encodes UTF-8 and checks capacity).
-    s.push_str(std::str::from_utf8(&chars).unwrap_or_default());
+    chars
 }
 
 /// A fresh owner token that also says who holds the lock (see the module doc):
@@ -43,8 +48,8 @@ fn push_owner_token(s: &mut String) {
 /// per acquisition. `at`: when the acquisition started, a reading the caller already took.
 pub(crate) fn owner_token_described(site: Site, at: Instant) -> Arc<str> {
     thread_local! {
-        static DESCRIBED: std::cell::RefCell<((usize, usize), String, String)> =
-            const { std::cell::RefCell::new(((0, 0), String::new(), String::new())) };
+        static DESCRIBED: std::cell::RefCell<((usize, usize), String, Vec<u8>)> =
+            const { std::cell::RefCell::new(((0, 0), String::new(), Vec::new())) };
     }
     DESCRIBED.with(|cached| {
         let mut cached = cached.borrow_mut();
@@ -53,14 +58,16 @@ pub(crate) fn owner_token_described(site: Site, at: Instant) -> Arc<str> {
             push_up_to_time(&mut cached.1, site);
             cached.0 = site.id();
         }
-        // Composed in a buffer the thread keeps, then copied once into the shared value.
+        // Composed as bytes in a buffer the thread keeps (all ASCII, checked once as a
+        // whole), then copied once into the shared value.
         let mut s = std::mem::take(&mut cached.2);
         s.clear();
-        push_owner_token(&mut s);
-        s.push('\t');
-        s.push_str(&cached.1);
-        push_base36(&mut s, unix_ms_at(at));
-        let value = Arc::from(s.as_str());
+        s.extend_from_slice(&owner_token());
+        s.push(b'\t');
+        s.extend_from_slice(cached.1.as_bytes());
+        let (digits, from) = base36(unix_ms_at(at));
+        s.extend_from_slice(&digits[from..]);
+        let value = Arc::from(std::str::from_utf8(&s).unwrap_or_default());
         cached.2 = s;
         value
     })
@@ -238,7 +245,13 @@ pub(crate) fn describe(site: Site) -> String {
     s
 }
 
-fn push_base36(s: &mut String, mut n: u64) {
+fn push_base36(s: &mut String, n: u64) {
+    let (digits, from) = base36(n);
+    s.push_str(std::str::from_utf8(&digits[from..]).unwrap_or_default());
+}
+
+/// `n` in base 36 at the end of the array; returns where it starts.
+fn base36(mut n: u64) -> ([u8; 13], usize) {
     const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut digits = [0u8; 13];
     let mut i = digits.len();
@@ -247,10 +260,9 @@ fn push_base36(s: &mut String, mut n: u64) {
         digits[i] = DIGITS[(n % 36) as usize];
         n /= 36;
         if n == 0 {
-            break;
+            return (digits, i);
         }
     }
-    s.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
 }
 
 /// A stored description, read back: the process's tag, the site's number and the time.
