@@ -72,6 +72,67 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
     }
 }
 
+/// Two readers with leases of different lengths leave, in one order and then the other, while
+/// a writer waits: only the last one's release wakes it. A reader leaving among others asks
+/// the server for no latest lease when the hash's expiry tells another reader's is later
+/// (`settle` in `rwlock/prelude.lua`); were that inferred wrongly, the last reader would leave
+/// in silence and the writer wait out its whole wait (its last attempt, at the end of the
+/// wait, then gets in: so the test asks for the writer to be in before that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
+    wake_ups_only();
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let raw = server.async_connection().await;
+    for round in 0..40u32 {
+        let (longer, shorter) = (TTL, TTL / 2);
+        let mut readers = Vec::new();
+        for ttl in [longer, shorter] {
+            let read = locks.read("w-after-two").ttl(ttl).try_acquire();
+            readers.push(as_other_owner(read).await.expect("readers share"));
+        }
+        let writer = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let g = locks
+                    .write("w-after-two")
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .acquire()
+                    .await?;
+                let waited = started.elapsed();
+                g.release().await.expect("release");
+                Ok::<Duration, Error>(waited)
+            })
+        };
+        let waiting = wait_until_async(WAIT, || {
+            let raw = raw.clone();
+            async move { intents(&raw, "w-after-two").await > 0 }
+        })
+        .await;
+        assert!(waiting, "round {round}: the writer registered no intent");
+        if round % 2 == 1 {
+            readers.reverse();
+        }
+        for reader in readers {
+            reader.release().await.expect("release");
+        }
+        let last = if round % 2 == 1 { "longer" } else { "shorter" };
+        match writer.await.expect("writer task") {
+            Ok(waited) if waited < WAIT => {}
+            Ok(waited) => panic!(
+                "round {round} (the {last} lease left last): the writer got in only by its \
+                 last attempt, after {waited:?}: it missed the last reader's release"
+            ),
+            Err(e) => panic!(
+                "round {round} (the {last} lease left last): the writer missed the last \
+                 reader's release: {e}"
+            ),
+        }
+    }
+}
+
 /// The mirror image: a writer holds, readers of the same client come to wait, and the writer
 /// leaves at a different moment each round. Its release lets every reader in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@
 //! | hash `writer-holds`   | the nonces of its acquisitions (their number: its depth)     |
 //! | hash `writer-holder`  | who took the first of them, for inspection                   |
 //! | hash `r:<owner>`      | the nonces of one reader's acquisitions                      |
+//! | hash `r-until:<owner>` | that reader's lease end (its score among the readers)        |
 //! | hash `keys-until`     | when the hash expires (its `PEXPIRE`, server ms)             |
 //! | hash `helpers-until`  | when the two sorted sets expire                              |
 //! | hash `intents-until`  | at or after the latest live intent's end                     |
@@ -26,8 +27,8 @@
 //! reads its own owner's fields and the summaries in one `HMGET`, counts live readers and
 //! intents and finds the latest lease with logarithmic sorted-set commands only where the
 //! summaries cannot answer, and clears a bounded number of expired entries (each is cleared
-//! once, so amortised a constant per call). A reader joining or leaving others sends 5 to 7
-//! commands, with 5 readers inside as with 500 (`tests/tests/suite/rwlock/cost.rs`); ten
+//! once, so amortised a constant per call). A reader joining others sends 5 or 6 commands and
+//! one leaving them 5, with 5 readers inside as with 500 (`tests/tests/suite/rwlock/cost.rs`); ten
 //! thousand readers and thousands of waiting writers on one name leave the server's time for
 //! every other lock (`tests/tests/rwlock_crowd.rs`).
 //!

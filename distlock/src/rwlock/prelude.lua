@@ -17,6 +17,9 @@
 --                   re-entry depth is their number)
 --   writer-holder   who took the first of them, for inspection
 --   r:<owner>       the nonces of that reader's live read acquisitions, space-separated
+--   r-until:<owner> the end of that reader's lease (server ms), the same as its score among
+--                   the readers: a call reads its own owner's lease with the HMGET it needs
+--                   anyway
 --   keys-until      when the hash expires (server ms): its PEXPIRE, written with it, so no
 --                   call asks the server for it
 --   helpers-until   when the two sorted sets expire (server ms): at or after every entry's end
@@ -115,7 +118,7 @@ end
 local function load(now, owner)
   local v = redis.pcall('hmget', LOCK, 'rwlock-layout', 'mode', 'writer', 'writer-until',
     'writer-fence', 'writer-holds', 'r:' .. owner, 'keys-until', 'helpers-until',
-    'intents-until', 'readers-from')
+    'intents-until', 'readers-from', 'r-until:' .. owner)
   if v.err then
     local kind = redis.call('type', LOCK).ok
     if kind == 'string' and redis.call('pttl', LOCK) >= 0 then
@@ -168,10 +171,11 @@ local function load(now, owner)
     s.dirty = true
   end
   if s.own then
-    s.ends = tonumber(redis.call('zscore', READERS, owner))
+    -- A hash written before `r-until:` was kept has the lease in the readers' set only.
+    s.ends = tonumber(v[12]) or tonumber(redis.call('zscore', READERS, owner))
     if not s.ends or s.ends <= now then
       -- The caller's own read lease has ended: its holds are gone, whatever it asks.
-      redis.call('hdel', LOCK, 'r:' .. owner)
+      redis.call('hdel', LOCK, 'r:' .. owner, 'r-until:' .. owner)
       redis.call('zrem', READERS, owner)
       s.own, s.ends = nil, nil
     end
@@ -217,6 +221,7 @@ local function prune(s, now, readers_only)
       end
       ended[#ended + 1] = first[i]
       fields[#fields + 1] = 'r:' .. first[i]
+      fields[#fields + 1] = 'r-until:' .. first[i]
     end
     if #ended > 0 then
       redis.call('hdel', LOCK, unpack(fields))
@@ -278,8 +283,24 @@ end
 -- `removed` is given; returns false when it deleted the keys. `removed`: the end of the live
 -- lease just removed, when that is all that changed. If it ended before the hash's expiry,
 -- the entry that sets the expiry is another one, still live: the expiry stands.
+--
+-- Outside a write tenure `keys-until` is the latest live end: every call that removes the
+-- latest lease or intent, and every end of a tenure (its release, or the call that finds its
+-- lease over: `dirty`), brings it down to the next one. (A writer taking the lock removes its
+-- own intent without that: its tenure's end settles. An owner waiting twice with different
+-- ttls may shorten its own intent; `intents-until` stays past the first end until no intent
+-- is live, and only a writer whose intent lapsed could then miss a wake-up: it comes back on
+-- its own, as it must anyway.)
 local function settle(s, now, removed)
-  s.readers_until = latest(READERS)
+  local stands = removed and removed < s.expires and not s.dirty
+  if stands and not s.writer and s.intents_until < s.expires then
+    -- Neither a writer nor an intent ends when the hash expires, so another reader's lease
+    -- does, live: no look into the readers is needed, and a reader leaving among others
+    -- costs none.
+    s.readers_until = s.expires
+  else
+    s.readers_until = latest(READERS)
+  end
   local mode = false
   if s.writer then
     mode = 'write'
@@ -287,7 +308,7 @@ local function settle(s, now, removed)
     mode = 'read'
   end
   local fields, hash_at = {}, nil
-  if not (removed and removed < s.expires) then
+  if not stands then
     local intents_until = 0
     if s.intents_until > now then
       intents_until = latest(INTENTS)
@@ -351,6 +372,8 @@ local function renew_read(s, owner, now, ttl, fields)
   if now + ttl > s.ends then
     s.ends = now + ttl
     local created = redis.call('zadd', READERS, int(s.ends), owner, '0', KEEP) == 2
+    fields[#fields + 1] = 'r-until:' .. owner
+    fields[#fields + 1] = int(s.ends)
     if not s.readers_from or s.ends < s.readers_from then
       s.readers_from, s.from_changed = s.ends, true
     end

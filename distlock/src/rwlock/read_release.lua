@@ -31,7 +31,7 @@ if rest ~= '' then
   end
   return 1
 end
-redis.call('hdel', LOCK, 'r:' .. owner)
+redis.call('hdel', LOCK, 'r:' .. owner, 'r-until:' .. owner)
 redis.call('zrem', READERS, owner)
 -- Expired readers are left to the acquisitions and renewals (`prune`): every reader is
 -- added by one.

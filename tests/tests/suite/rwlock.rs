@@ -43,16 +43,28 @@ const NOT_SHOWN: [&str; 6] = [
 /// the summaries the scripts keep of their own keys left out: `rwlock-layout`, `keys-until`,
 /// `helpers-until`, `intents-until`, `readers-from`), `writer-count` for the number of write
 /// acquisitions, and per owner `read:<owner>` (its number of read acquisitions),
-/// `read-until:<owner>` (its lease end, from the readers' set) and `intent:<owner>` (its
-/// intent's end, from the intents' set; each set's placeholder member left out). Entries the
-/// scripts have not cleared yet show too, as on the server.
+/// `read-until:<owner>` (its lease end, from the readers' set; the hash's copy,
+/// `r-until:<owner>`, is checked against it) and `intent:<owner>` (its intent's end, from the
+/// intents' set; each set's placeholder member left out). Entries the scripts have not
+/// cleared yet show too, as on the server. The three keys are read in one `MULTI`, so that a
+/// renewal cannot land between them.
 async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, String> {
-    let raw_fields: HashMap<String, String> =
-        raw.clone().hgetall(lock_key(name)).await.expect("HGETALL");
+    type Scores = Vec<(String, u64)>;
+    let (raw_fields, readers, intents): (HashMap<String, String>, Scores, Scores) = redis::pipe()
+        .atomic()
+        .hgetall(lock_key(name))
+        .zrange_withscores(readers_key(name), 0, -1)
+        .zrange_withscores(intents_key(name), 0, -1)
+        .query_async(&mut raw.clone())
+        .await
+        .expect("HGETALL and ZRANGEs");
     let count = |list: &str| list.split_whitespace().count().to_string();
     let mut view = HashMap::new();
+    let mut lease_copies = HashMap::new();
     for (field, value) in raw_fields {
-        if let Some(owner) = field.strip_prefix("r:") {
+        if let Some(owner) = field.strip_prefix("r-until:") {
+            lease_copies.insert(format!("read-until:{owner}"), value);
+        } else if let Some(owner) = field.strip_prefix("r:") {
             view.insert(format!("read:{owner}"), count(&value));
         } else if field == "writer-holds" {
             view.insert("writer-count".to_owned(), count(&value));
@@ -60,18 +72,17 @@ async fn fields(raw: &MultiplexedConnection, name: &str) -> HashMap<String, Stri
             view.insert(field, value);
         }
     }
-    for (key, kind) in [
-        (readers_key(name), "read-until"),
-        (intents_key(name), "intent"),
-    ] {
-        let members: Vec<(String, u64)> = raw
-            .clone()
-            .zrange_withscores(key, 0, -1)
-            .await
-            .expect("ZRANGE");
+    for (members, kind) in [(readers, "read-until"), (intents, "intent")] {
         for (owner, until) in members.into_iter().filter(|(owner, _)| !owner.is_empty()) {
             view.insert(format!("{kind}:{owner}"), until.to_string());
         }
+    }
+    for (lease, copy) in lease_copies {
+        assert_eq!(
+            view.get(&lease),
+            Some(&copy),
+            "the hash's copy of {lease} disagrees with the readers' set"
+        );
     }
     view
 }

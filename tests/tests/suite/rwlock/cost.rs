@@ -50,14 +50,15 @@ async fn measured_client() -> (RedisServer, Client) {
 }
 
 /// A reader joining readers already inside, and leaving while they stay: the calls of the
-/// 9:1 mix. Each costs the script call, the server's clock, one read of the hash and the few
-/// writes of its own entries (acquire: its reader entry and its hold, with the hash's expiry
-/// where its lease is the latest; release: its own lease looked up, its hold and entry
-/// removed, the latest lease looked up), the same with 5 readers inside as with 500. Before
-/// the summaries in the hash, an acquisition here also asked for the hash's PTTL, counted the
-/// waiting writers, looked for expired readers and set the readers' expiry (9 commands; 11
-/// where its lease was the latest, all three keys' expiry stretched), and a release looked
-/// for expired readers too (9).
+/// 9:1 mix. Each costs the script call, the server's clock, one read of the hash (with the
+/// owner's own lease in it) and the few writes of its own entries (acquire: its reader entry
+/// and its hold, with the hash's expiry where its lease is the latest; release: its hold and
+/// entry removed), the same with 5 readers inside as with 500. Before the summaries in the
+/// hash, an acquisition here also asked for the hash's PTTL, counted the waiting writers,
+/// looked for expired readers and set the readers' expiry (9 commands; 11 where its lease was
+/// the latest, all three keys' expiry stretched), and a release looked for expired readers
+/// too (9); until the owner's lease was kept in the hash, a release looked it up in the
+/// readers' set and then looked for the latest lease left (7).
 #[tokio::test]
 async fn a_read_call_costs_a_fixed_few_commands_whatever_the_crowd() {
     let (server, locks) = measured_client().await;
@@ -78,7 +79,7 @@ async fn a_read_call_costs_a_fixed_few_commands_whatever_the_crowd() {
             "{inside} readers inside: commands per read acquisition {per_acquire:?}"
         );
         assert!(
-            per_release.iter().all(|&n| n <= 7),
+            per_release.iter().all(|&n| n <= 5),
             "{inside} readers inside: commands per read release {per_release:?}"
         );
     }

@@ -154,7 +154,10 @@ async fn the_watchdog_renews_each_side_per_owner_and_reports_a_lost_lease() {
     // and its guard reports the loss. The other reader's lease is untouched and renewed on.
     let victim_owner = victim.strip_prefix("read:").expect("a reader's entry");
     let _: () = raw
-        .hdel(lock_key("dog"), format!("r:{victim_owner}"))
+        .hdel(
+            lock_key("dog"),
+            &[format!("r:{victim_owner}"), format!("r-until:{victim_owner}")],
+        )
         .await
         .expect("HDEL");
     let _: () = raw
