@@ -2,7 +2,8 @@
 //! waiting readers when the writer leaves. Every test here runs with the test hook
 //! `wake_ups_only` on (process-wide, so this binary holds only such tests): a waiter's sleep
 //! ends by a wake-up or with its whole wait, never at its cap (for a writer, its next renewal
-//! of its intent), so a missed wake-up fails as a timeout instead of costing a pause.
+//! of its intent), so a missed wake-up fails (a timeout, or an acquisition served only by its
+//! last attempt at the end of its whole wait: `served`) instead of costing a pause.
 
 mod common;
 
@@ -33,6 +34,23 @@ fn spin(d: Duration) {
     }
 }
 
+/// Awaits an acquisition that waits up to `WAIT`. Under the hook a waiter that missed its
+/// wake-up sleeps out its whole wait and then makes one last attempt, which gets in once the
+/// lock is free: an acquisition served only then missed its wake-up all the same.
+async fn served(
+    acquire: impl std::future::Future<Output = Result<distlock::Guard, Error>>,
+) -> Result<distlock::Guard, String> {
+    let started = Instant::now();
+    let guard = acquire.await.map_err(|e| e.to_string())?;
+    let waited = started.elapsed();
+    if waited >= WAIT {
+        return Err(format!(
+            "served only by its last attempt, after its whole wait ({waited:?})"
+        ));
+    }
+    Ok(guard)
+}
+
 /// Round after round, a reader holds, a writer of the same client comes to wait (busy:
 /// it registers its intent, subscribes, tries again, sleeps), and the reader leaves at a
 /// different moment each round. The last reader's release must wake the writer wherever it
@@ -53,14 +71,9 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
         let writer = {
             let locks = locks.clone();
             tokio::spawn(async move {
-                let g = locks
-                    .write("w-after-r")
-                    .ttl(TTL)
-                    .wait(WAIT)
-                    .acquire()
-                    .await?;
+                let g = served(locks.write("w-after-r").ttl(TTL).wait(WAIT).acquire()).await?;
                 g.release().await.expect("release");
-                Ok::<(), Error>(())
+                Ok::<(), String>(())
             })
         };
         spin(Duration::from_micros(rand::rng().random_range(0..1500)));
@@ -76,8 +89,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
 /// a writer waits: only the last one's release wakes it. A reader leaving among others asks
 /// the server for no latest lease when the hash's expiry tells another reader's is later
 /// (`settle` in `rwlock/prelude.lua`); were that inferred wrongly, the last reader would leave
-/// in silence and the writer wait out its whole wait (its last attempt, at the end of the
-/// wait, then gets in: so the test asks for the writer to be in before that).
+/// in silence and the writer wait out its whole wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
     wake_ups_only();
@@ -94,16 +106,9 @@ async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
         let writer = {
             let locks = locks.clone();
             tokio::spawn(async move {
-                let started = Instant::now();
-                let g = locks
-                    .write("w-after-two")
-                    .ttl(TTL)
-                    .wait(WAIT)
-                    .acquire()
-                    .await?;
-                let waited = started.elapsed();
+                let g = served(locks.write("w-after-two").ttl(TTL).wait(WAIT).acquire()).await?;
                 g.release().await.expect("release");
-                Ok::<Duration, Error>(waited)
+                Ok::<(), String>(())
             })
         };
         let waiting = wait_until_async(WAIT, || {
@@ -119,16 +124,11 @@ async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
             reader.release().await.expect("release");
         }
         let last = if round % 2 == 1 { "longer" } else { "shorter" };
-        match writer.await.expect("writer task") {
-            Ok(waited) if waited < WAIT => {}
-            Ok(waited) => panic!(
-                "round {round} (the {last} lease left last): the writer got in only by its \
-                 last attempt, after {waited:?}: it missed the last reader's release"
-            ),
-            Err(e) => panic!(
+        if let Err(e) = writer.await.expect("writer task") {
+            panic!(
                 "round {round} (the {last} lease left last): the writer missed the last \
                  reader's release: {e}"
-            ),
+            );
         }
     }
 }
@@ -151,14 +151,9 @@ async fn waiting_readers_are_woken_by_the_writers_release() {
             .map(|_| {
                 let locks = locks.clone();
                 tokio::spawn(async move {
-                    let g = locks
-                        .read("r-after-w")
-                        .ttl(TTL)
-                        .wait(WAIT)
-                        .acquire()
-                        .await?;
+                    let g = served(locks.read("r-after-w").ttl(TTL).wait(WAIT).acquire()).await?;
                     g.release().await.expect("release");
-                    Ok::<(), Error>(())
+                    Ok::<(), String>(())
                 })
             })
             .collect();
@@ -190,7 +185,7 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
         tasks.spawn(async move {
             for n in 0..150usize {
                 if (n + t) % 10 == 0 {
-                    let g = locks.write("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    let g = served(locks.write("mix").ttl(TTL).wait(WAIT).acquire()).await?;
                     if inside.swap(-1_000_000, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -198,7 +193,7 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
                     inside.store(0, Ordering::SeqCst);
                     g.release().await.expect("release");
                 } else {
-                    let g = locks.read("mix").ttl(TTL).wait(WAIT).acquire().await?;
+                    let g = served(locks.read("mix").ttl(TTL).wait(WAIT).acquire()).await?;
                     if inside.fetch_add(1, Ordering::SeqCst) < 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -207,7 +202,7 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
                     g.release().await.expect("release");
                 }
             }
-            Ok::<(), Error>(())
+            Ok::<(), String>(())
         });
     }
     while let Some(done) = tasks.join_next().await {
@@ -253,9 +248,9 @@ async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
         .map(|_| {
             let locks = locks.clone();
             tokio::spawn(async move {
-                let g = locks.write("herd").ttl(TTL).wait(WAIT).acquire().await?;
+                let g = served(locks.write("herd").ttl(TTL).wait(WAIT).acquire()).await?;
                 g.release().await.expect("release");
-                Ok::<(), Error>(())
+                Ok::<(), String>(())
             })
         })
         .collect();
@@ -359,7 +354,7 @@ async fn a_writer_that_gives_up_withdraws_its_intent_and_wakes_the_readers() {
         let reader = {
             let locks = locks.clone();
             tokio::spawn(as_other_owner(async move {
-                locks.read("quit").wait(WAIT).acquire().await
+                served(locks.read("quit").wait(WAIT).acquire()).await
             }))
         };
         let outcome = writer.await.expect("writer task");

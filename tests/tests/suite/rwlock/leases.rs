@@ -156,7 +156,10 @@ async fn the_watchdog_renews_each_side_per_owner_and_reports_a_lost_lease() {
     let _: () = raw
         .hdel(
             lock_key("dog"),
-            &[format!("r:{victim_owner}"), format!("r-until:{victim_owner}")],
+            &[
+                format!("r:{victim_owner}"),
+                format!("r-until:{victim_owner}"),
+            ],
         )
         .await
         .expect("HDEL");
