@@ -21,8 +21,12 @@ const WAIT: Duration = Duration::from_secs(20);
 /// Leases far longer than any test: no lease ends while a waiter waits for a release.
 const TTL: Duration = Duration::from_secs(120);
 
-fn wake_ups_only() {
+/// A server and a client with the hook on.
+async fn start() -> (RedisServer, Client) {
     distlock::__fuzz::wake_ups_only(true);
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    (server, locks)
 }
 
 /// Holds the thread for `d`: a short critical section, or a delay that moves a release
@@ -51,6 +55,17 @@ async fn served(
     Ok(guard)
 }
 
+/// A task that waits for the write lock of `name` (as its own owner) and gives it back once it
+/// has it.
+fn spawn_writer(locks: &Client, name: &'static str) -> tokio::task::JoinHandle<Result<(), String>> {
+    let locks = locks.clone();
+    tokio::spawn(async move {
+        let g = served(locks.write(name).ttl(TTL).wait(WAIT).acquire()).await?;
+        g.release().await.expect("release");
+        Ok(())
+    })
+}
+
 /// Round after round, a reader holds, a writer of the same client comes to wait (busy:
 /// it registers its intent, subscribes, tries again, sleeps), and the reader leaves at a
 /// different moment each round. The last reader's release must wake the writer wherever it
@@ -58,9 +73,7 @@ async fn served(
 /// answer and its sleep, and the writer slept until it renewed its intent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (_server, locks) = start().await;
     for round in 0..400u32 {
         let reader = locks
             .read("w-after-r")
@@ -68,14 +81,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
             .try_acquire()
             .await
             .expect("free");
-        let writer = {
-            let locks = locks.clone();
-            tokio::spawn(async move {
-                let g = served(locks.write("w-after-r").ttl(TTL).wait(WAIT).acquire()).await?;
-                g.release().await.expect("release");
-                Ok::<(), String>(())
-            })
-        };
+        let writer = spawn_writer(&locks, "w-after-r");
         spin(Duration::from_micros(rand::rng().random_range(0..1500)));
         reader.release().await.expect("release");
         match writer.await.expect("writer task") {
@@ -92,9 +98,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
 /// in silence and the writer wait out its whole wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, locks) = start().await;
     let raw = server.async_connection().await;
     for round in 0..40u32 {
         let (longer, shorter) = (TTL, TTL / 2);
@@ -103,19 +107,9 @@ async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
             let read = locks.read("w-after-two").ttl(ttl).try_acquire();
             readers.push(as_other_owner(read).await.expect("readers share"));
         }
-        let writer = {
-            let locks = locks.clone();
-            tokio::spawn(async move {
-                let g = served(locks.write("w-after-two").ttl(TTL).wait(WAIT).acquire()).await?;
-                g.release().await.expect("release");
-                Ok::<(), String>(())
-            })
-        };
-        let waiting = wait_until_async(WAIT, || {
-            let raw = raw.clone();
-            async move { intents(&raw, "w-after-two").await > 0 }
-        })
-        .await;
+        let writer = spawn_writer(&locks, "w-after-two");
+        let waiting =
+            wait_until_async(WAIT, || async { intents(&raw, "w-after-two").await > 0 }).await;
         assert!(waiting, "round {round}: the writer registered no intent");
         if round % 2 == 1 {
             readers.reverse();
@@ -137,9 +131,7 @@ async fn the_last_of_readers_with_different_leases_wakes_the_waiting_writer() {
 /// leaves at a different moment each round. Its release lets every reader in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_readers_are_woken_by_the_writers_release() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (_server, locks) = start().await;
     for round in 0..300u32 {
         let writer = locks
             .write("r-after-w")
@@ -172,9 +164,8 @@ async fn waiting_readers_are_woken_by_the_writers_release() {
 /// wake-ups alone, and no writer ever shares the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_write_mix_is_served_by_wake_ups_alone() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let processes = [client(&server).await, client(&server).await];
+    let (server, locks) = start().await;
+    let processes = [locks, client(&server).await];
     // Readers inside count up; a writer inside sets a large negative value.
     let inside = Arc::new(AtomicI64::new(0));
     let overlaps = Arc::new(AtomicU64::new(0));
@@ -225,10 +216,8 @@ async fn a_read_write_mix_is_served_by_wake_ups_alone() {
 /// more (waking all of them made serving n writers cost about n * n / 2 attempts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
-    wake_ups_only();
     const CROWD: usize = 100;
-    let server = RedisServer::start();
-    let holder = client(&server).await;
+    let (server, holder) = start().await;
     let locks = client(&server).await;
     let held = holder
         .write("herd")
@@ -282,9 +271,7 @@ async fn a_crowd_of_writers_queues_quietly_behind_one_attempt() {
 /// up to min(ttl, 2 s), and nothing wakes a waiting reader when an intent lapses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writers_single_try_keeps_no_reader_out() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (_server, locks) = start().await;
     let a = locks
         .read("try")
         .ttl(TTL)
@@ -320,9 +307,7 @@ async fn intents(raw: &redis::aio::MultiplexedConnection, name: &str) -> i64 {
 /// announce it: with the hook on, the reader kept out then sleeps its whole wait and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_gives_up_withdraws_its_intent_and_wakes_the_readers() {
-    wake_ups_only();
-    let server = RedisServer::start();
-    let locks = client(&server).await;
+    let (server, locks) = start().await;
     let raw = server.async_connection().await;
     let inside = locks
         .read("quit")
