@@ -24,6 +24,12 @@ pub(crate) const WAKE_ALL: &[u8] = b"all";
 /// read/write lock's last reader leaving while a writer's intent keeps new readers out.
 pub(crate) const WAKE_WRITER: &[u8] = b"writer";
 
+/// The payload a semaphore's release publishes: one permit freed, for one waiter, but counted
+/// by every waiter between its attempt and its sleep (see [`Channel::wake_alls`]): several
+/// permits freed while a process's waiters have attempts in flight wake one of them, since a
+/// `Notify` keeps one permit, and the others must not sleep through the rest.
+pub(crate) const PERMIT_FREED: &[u8] = b"permit";
+
 /// The payload of a message that frees nothing (a new leader saying it took the lock, see
 /// `election`): it wakes the channel's observers, never a waiter.
 pub(crate) const TAKEN: &[u8] = b"taken";
@@ -88,11 +94,13 @@ pub(crate) struct Channel {
     /// Local waiters that take a hold handed to them (see [`crate::handoff`]).
     pub(crate) handoff: handoff::Queue,
     /// Releases heard that free the lock for many (a writer leaving, the last reader leaving
-    /// while writers wait), and subscriptions made
-    /// (a release just before one reached nobody here): counted, because the waiters between
-    /// an attempt's busy answer and their sleep miss such a wake-up (a `Notify` keeps one
-    /// permit, not one per waiter), and must know to try again (see
-    /// [`Subscription::wake_alls`]).
+    /// while writers wait, a forced unlock) or free one of several places (a semaphore's
+    /// permit), and subscriptions made (a release just before one reached nobody here):
+    /// counted, because the waiters between an attempt's busy answer and their sleep miss
+    /// such a wake-up (a `Notify` keeps one permit, not one per waiter), and must know to try
+    /// again (see [`Subscription::wake_count`]). A release of an exclusive lock is not
+    /// counted: it frees the lock for one, and the permit it leaves wakes the one waiter that
+    /// sleeps next.
     pub(crate) wake_alls: AtomicU64,
     /// The releases alone among [`wake_alls`](Self::wake_alls): what a waiter that queued on
     /// arrival, without an attempt, compares. A subscription made since its arrival is no news
@@ -241,6 +249,14 @@ impl Channels {
                         ch.alls_heard.fetch_add(1, Ordering::AcqRel);
                         ch.released.notify_one();
                     }
+                    // One permit of several: one waiter is woken, and every waiter whose
+                    // attempt was in flight tries again (the count) instead of sleeping, so
+                    // that two permits freed together are taken by two.
+                    Some(Value::BulkString(payload)) if payload.as_slice() == PERMIT_FREED => {
+                        ch.wake_alls.fetch_add(1, Ordering::AcqRel);
+                        ch.alls_heard.fetch_add(1, Ordering::AcqRel);
+                        ch.wake_one();
+                    }
                     Some(Value::BulkString(payload)) if payload.as_slice() == TAKEN => {}
                     Some(Value::BulkString(id)) if !id.is_empty() => {
                         if ch.first_hearing(id) {
@@ -322,6 +338,13 @@ impl Channels {
             key: key.clone(),
             channels: Arc::downgrade(self),
         })
+    }
+
+    /// How many tasks of this process wait subscribed to `key`'s channel.
+    pub(crate) fn local_waiters(&self, key: &[u8]) -> usize {
+        self.lock()
+            .get(key)
+            .map_or(0, |ch| ch.waiters.load(Ordering::Acquire))
     }
 
     /// Passes a released hold to the first local waiter of its lock, if that waiter takes
@@ -412,5 +435,68 @@ impl Listeners for Channels {
             map.get(name.lock())
                 .is_some_and(|ch| ch.waiters.load(Ordering::Acquire) > 0)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(channel: &[u8], payload: &[u8]) -> PushInfo {
+        PushInfo {
+            kind: PushKind::Message,
+            data: vec![
+                Value::BulkString(channel.to_vec()),
+                Value::BulkString(payload.to_vec()),
+            ],
+        }
+    }
+
+    /// A process with a waiter on `key`'s channel (the count is kept only while one listens).
+    fn listening(key: &LockKey) -> (Arc<Channels>, Arc<Channel>) {
+        let channels = Arc::new(Channels::default());
+        let ch = Channels::entry(&mut channels.lock(), key);
+        ch.waiters.fetch_add(1, Ordering::AcqRel);
+        channels.waiting.fetch_add(1, Ordering::AcqRel);
+        (channels, ch)
+    }
+
+    /// Two permits freed while a process's waiters have attempts in flight: a `Notify` keeps
+    /// one wake-up, so the second waiter to sleep would sleep to the lease end its busy answer
+    /// named. Each freed permit is counted, so every waiter whose attempt was in flight sees
+    /// the count move and tries again. The payload is the one the semaphore's release script
+    /// publishes (issue 36, item 1: the script published an empty payload, which counted
+    /// nothing).
+    #[test]
+    fn every_freed_permit_is_counted_for_the_waiters_in_flight() {
+        let release = include_str!("semaphore/release.lua");
+        let published = format!("KEYS[1], '{}')", std::str::from_utf8(PERMIT_FREED).unwrap());
+        assert!(
+            release.contains(&published),
+            "the semaphore's release publishes {PERMIT_FREED:?}"
+        );
+        let key = LockKey::new("distlock", b"permits", 1024).unwrap();
+        let (channels, _ch) = listening(&key);
+        let at_attempt = channels.wake_count(&key, true);
+        channels.on_push(message(key.lock(), PERMIT_FREED));
+        channels.on_push(message(key.lock(), PERMIT_FREED));
+        assert_eq!(channels.wake_count(&key, true), at_attempt + 2);
+        assert_eq!(
+            channels.wake_count(&key, false),
+            2,
+            "queued waiters count them too"
+        );
+    }
+
+    /// The control: a release of an exclusive lock frees it for one, so it is not counted
+    /// (a waiter in flight would only make an attempt bound to fail).
+    #[test]
+    fn a_release_for_one_is_not_counted() {
+        let key = LockKey::new("distlock", b"one", 1024).unwrap();
+        let (channels, _ch) = listening(&key);
+        let at_attempt = channels.wake_count(&key, true);
+        channels.on_push(message(key.lock(), b""));
+        channels.on_push(message(key.lock(), b"wake-id-1"));
+        assert_eq!(channels.wake_count(&key, true), at_attempt);
     }
 }

@@ -17,3 +17,20 @@ local function held_as(key)
   end
   return {-1, kind}
 end
+
+-- Gives back a name that an earlier attempt of this acquisition took (its reply was lost),
+-- now that this call will not hold it: the key goes, with its waited-for mark when the call
+-- declared it, and the name's waiters are woken as by a release, since one may have found it
+-- held by that attempt and sleep until the lease it saw. The acquire scripts are not told
+-- whether the waiters listen on sharded pub/sub (Redis Cluster), so both are published: a
+-- rare path (a lost reply, then a refusal), and a server without SPUBLISH (Redis 6) refuses
+-- it harmlessly.
+local function give_back(key, mark)
+  if mark then
+    redis.call('del', key, mark)
+  else
+    redis.call('del', key)
+  end
+  redis.pcall('publish', key, '')
+  redis.pcall('spublish', key, '')
+end

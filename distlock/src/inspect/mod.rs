@@ -190,11 +190,6 @@ impl Client {
             ));
         }
         let by = identity::process_description();
-        let wake = if self.is_quorum() {
-            identity::wake_id()
-        } else {
-            String::new()
-        };
         let mut removed = None;
         let mut last_error = None;
         for node in &self.inner().nodes.nodes {
@@ -203,7 +198,7 @@ impl Client {
             let mut cmd = evalsha(
                 &FORCE_UNLOCK,
                 4,
-                9,
+                8,
                 4 * key.lock().len() + reason.len() + 256,
             );
             cmd.arg(key.lock())
@@ -213,7 +208,6 @@ impl Client {
                 .arg(reason)
                 .arg(&by)
                 .arg(FORCED_RECORD_KEPT.as_millis() as u64)
-                .arg(&wake)
                 .arg(sharded);
             let reply: Result<Value, _> = invoke(&FORCE_UNLOCK, &cmd, &mut conn).await;
             match reply {

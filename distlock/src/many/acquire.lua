@@ -14,44 +14,54 @@
 -- remaining ms, i} when the i-th name (from 1) is busy; {-1, type, i} or {-3, mode, i} when
 -- the i-th name holds the application's data or another mode's lock.
 -- All or nothing: unless every name is free or already this acquisition's, nothing is taken,
--- and the names an earlier attempt of this acquisition took are given up (its reply was
--- lost, and one of its names ran out since): a set is never left held in part.
+-- and the names an earlier attempt of this acquisition took are given back, waking their
+-- waiters (its reply was lost, and one of its names ran out since, or another refused): when
+-- this call answers anything but held, no name holds its token, and a set is never left held
+-- in part.
 local owner = ARGV[1]
 local fencing = ARGV[7] == '1'
 local waits = ARGV[8] == '1'
 local n = #KEYS / (1 + (fencing and 1 or 0) + (waits and 1 or 0))
-local ours, busy, busy_ttl = {}, nil, nil
+local marks = waits and n * (fencing and 2 or 1) or nil
+-- Every name is looked at, even past the first that refuses: a later one may be this
+-- acquisition's, to be given back.
+local ours, refused, busy, busy_ttl = {}, nil, nil, nil
 for i = 1, n do
   local held = redis.pcall('get', KEYS[i])
   if type(held) == 'table' then
-    local answer = held_as(KEYS[i])
-    answer[3] = i
-    return answer
-  end
-  if held == owner then
+    if not refused then
+      refused = held_as(KEYS[i])
+      refused[3] = i
+    end
+  elseif held == owner then
     ours[i] = true
   elseif held then
     local ttl = redis.call('pttl', KEYS[i])
     if ttl < 0 then
       -- Our locks always expire: a key without expiry is the application's own value.
-      return {-1, 'string without expiry', i}
-    end
-    if not busy then
+      refused = refused or {-1, 'string without expiry', i}
+    elseif not busy then
       busy, busy_ttl = i, ttl
     end
   end
 end
-if busy then
+local function give_back_ours()
   for i in pairs(ours) do
-    redis.call('del', KEYS[i])
+    give_back(KEYS[i], marks and KEYS[marks + i])
   end
+end
+if refused then
+  give_back_ours()
+  return refused
+end
+if busy then
+  give_back_ours()
   if waits then
-    redis.call('set', KEYS[n * (fencing and 2 or 1) + busy], '1', 'PX', int(math.max(busy_ttl, 1)))
+    redis.call('set', KEYS[marks + busy], '1', 'PX', int(math.max(busy_ttl, 1)))
   end
   return {0, busy_ttl, busy}
 end
 local ttl = tonumber(ARGV[2])
-local fresh = false
 for i = 1, n do
   if ours[i] then
     -- Taken by an earlier attempt whose reply was lost: the lease is made at least the ttl
@@ -61,32 +71,29 @@ for i = 1, n do
     end
   else
     redis.call('set', KEYS[i], owner, 'PX', ARGV[2])
-    fresh = true
   end
 end
 if not fencing then
   return {1, -1}
 end
-if not fresh then
-  -- Every name was this acquisition's already: its token, which every counter was raised to.
-  local top = 0
-  for i = 1, n do
-    top = math.max(top, tonumber(redis.call('get', KEYS[n + i]) or '0'))
-  end
-  return {1, top}
-end
+-- A token minted now, as on every path that hands one out, a retry's too: the one an
+-- earlier attempt minted never reached the caller, and a counter may have gone back since
+-- (deleted, expired, a restart), so reading the counters could hand out a token below an
+-- earlier one.
 local t = redis.call('time')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local tokens, top = {}, 0
 for i = 1, n do
   local fence, bad = mint(KEYS[n + i], now_us)
   if not fence then
-    -- A counter holds the application's data: undo what this call took, leave theirs alone.
+    -- A counter holds the application's data: undo what this call took (nobody can have
+    -- seen it), give back what an earlier attempt took, leave theirs alone.
     for j = 1, n do
       if not ours[j] then
         redis.call('del', KEYS[j])
       end
     end
+    give_back_ours()
     return {-1, bad, i}
   end
   tokens[i] = fence

@@ -15,12 +15,16 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use crate::algorithm::{evalsha, invoke, Lua};
 use crate::conn::Conn;
 use crate::identity::{self, Described};
 use crate::key::record_key;
 use crate::tasks::Tasks;
 
 use super::Node;
+
+/// The record's write, with its expiry in the same step.
+static WRITE_RECORD: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("record.lua")));
 
 /// How long a process record lives after its last write.
 pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -89,8 +93,7 @@ impl Records {
                 w.at_ms.store(now, Ordering::Relaxed);
                 let cmd = self.write_cmd();
                 Some(async move {
-                    let _ =
-                        tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await;
+                    let _ = tokio::time::timeout(timeout, write(&cmd, &mut conn)).await;
                 })
             });
         futures_util::future::join_all(writes).await;
@@ -116,31 +119,31 @@ impl Records {
             let mut conn: Conn = node.conn.clone();
             let cmd = self.write_cmd();
             tasks.spawn(async move {
-                let _ =
-                    tokio::time::timeout(REWRITE_EVERY, cmd.query_async::<Value>(&mut conn)).await;
+                let _ = tokio::time::timeout(REWRITE_EVERY, write(&cmd, &mut conn)).await;
             });
         }
     }
 
-    /// The record as one pipeline: every site's name, host and pid, and the expiry.
-    fn write_cmd(&self) -> redis::Pipeline {
+    /// The record as one script call: every site's name, host and pid, and the expiry.
+    fn write_cmd(&self) -> redis::Cmd {
         let names = identity::site_names();
-        let mut hset = redis::cmd("HSET");
-        hset.arg(&self.key)
+        let mut cmd = evalsha(&WRITE_RECORD, 1, 6 + 2 * names.len(), 128);
+        cmd.arg(&self.key)
+            .arg(RECORD_KEPT.as_millis() as u64)
             .arg("host")
             .arg(identity::host())
             .arg("pid")
             .arg(std::process::id());
         for (n, name) in names.iter().enumerate() {
-            hset.arg(identity::site_field(n as u32)).arg(&**name);
+            cmd.arg(identity::site_field(n as u32)).arg(&**name);
         }
-        let mut pipe = redis::pipe();
-        pipe.add_command(hset);
-        pipe.cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(RECORD_KEPT.as_millis() as u64);
-        pipe
+        cmd
     }
+}
+
+/// Sends the record's write (see [`Records::write_cmd`]).
+async fn write(cmd: &redis::Cmd, conn: &mut Conn) {
+    let _: redis::RedisResult<Value> = invoke(&WRITE_RECORD, cmd, conn).await;
 }
 
 /// What a process's record says about one of its holds: host, pid and the site's name.

@@ -398,6 +398,16 @@ pub fn handoff_waiters(client: &Client, name: &str) -> usize {
     }
 }
 
+/// How many tasks of `client` wait subscribed for the lock `name` (any mode): asleep, or
+/// between two attempts. For tests, which must know every waiter is in place before they
+/// release; not an API.
+pub fn local_waiters(client: &Client, name: &str) -> usize {
+    match client.inner().key(name.as_bytes()) {
+        Ok(key) => client.inner().notifier.channels().local_waiters(key.lock()),
+        Err(_) => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::lease::HELD;

@@ -347,21 +347,26 @@ local function settle(s, now, removed)
   return true
 end
 
--- True when a writer other than `owner` waits for the lock.
+-- When the live intent of a writer other than `owner` ends (the earliest such end), or nil
+-- when no other writer waits for the lock. A reader it turns away sleeps no longer than that:
+-- an intent whose writer died is never withdrawn and lapses in silence.
 local function others_intend(s, owner, now)
   if s.fresh or s.intents_until <= now then
-    return false
+    return nil
   end
   -- Two live intents at most: enough to tell whether one is someone else's.
-  local two = redis.call('zrangebyscore', INTENTS, '(' .. int(now), '+inf', 'limit', '0',
-    '2')
+  local two = redis.call('zrangebyscore', INTENTS, '(' .. int(now), '+inf', 'withscores',
+    'limit', '0', '2')
   if #two == 0 then
     -- The intents the summary counted were withdrawn or had their turn: the readers after
     -- this one need not look again.
     s.intents_until, s.intents_changed = 0, true
-    return false
+    return nil
   end
-  return #two == 2 or two[1] ~= owner
+  if two[1] ~= owner then
+    return tonumber(two[2])
+  end
+  return two[3] and tonumber(two[4])
 end
 
 -- Makes `owner`'s read lease last at least `ttl` ms from `now` (never shortening it: another

@@ -21,7 +21,8 @@ end
 -- This acquisition retried after its reply was lost, re-entry by a reader, or the writer
 -- taking the read lock too (the way to downgrade): all already exclude every other writer,
 -- so waiting writers do not hold them up.
-if s.own or s.writer == owner or (not s.writer and not others_intend(s, owner, now)) then
+local intent_ends = not s.own and not s.writer and others_intend(s, owner, now)
+if s.own or s.writer == owner or (not s.writer and not intent_ends) then
   local fence, bad = -1, nil
   if FENCING then
     fence, bad = current_fence()
@@ -51,8 +52,10 @@ if s.writer then
   -- The writer's release wakes every waiter; until then its lease bounds the wait.
   return {0, s.wuntil - now}
 end
--- Only waiting writers keep this reader out. No time is given: they take the lock as soon
--- as the current readers leave, and their release wakes this reader (as does a writer that
--- gives up: see write_release.lua). Reporting the intent's end instead would let this
--- process's waiters sleep past the moment the writer renews it.
-return {0, -1}
+-- Only waiting writers keep this reader out. Their release wakes this reader (as does a
+-- writer that gives up: see write_release.lua), but a writer that died withdraws nothing and
+-- publishes nothing: its intent lapses in silence. So the answer is when the first of the
+-- others' intents ends, and the reader tries again then at the latest (finding it renewed by
+-- a live writer, it is told the new end): one attempt per process per intent's life (2 s at
+-- most) while writers wait, never a sleep to a lease that has ended.
+return {0, math.max(1, intent_ends - now)}

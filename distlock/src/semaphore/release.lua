@@ -1,4 +1,6 @@
 -- Give back one permit, and wake one waiter: one permit is free, so one waiter can use it.
+-- The payload `permit` also has every waiter of a process whose attempt was in flight try
+-- again (see `channels::PERMIT_FREED`): two permits freed together are for two waiters.
 -- KEYS[1] the semaphore's sorted set, whose string is also its wake-up channel (published
 -- best-effort on every release: see setnx/release.lua); ARGV[1] owner token, ARGV[2] nonce
 -- (unused: the token names the acquisition; ARGV[3], a wake-up id, is unused too: a
@@ -15,5 +17,5 @@ if redis.call('zrem', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 settle(now)
-redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1], '')
+redis.pcall(ARGV[4] == 's' and 'spublish' or 'publish', KEYS[1], 'permit')
 return 1

@@ -53,7 +53,15 @@ if ttl >= 0 then
     if not fencing then
       return {1, -1}
     end
-    return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
+    -- A token of its own, minted as every other: the one the lost reply carried never
+    -- reached the caller, and the counter may have gone back since (deleted, expired, a
+    -- restart), so reading it could hand out 0 or a token below an earlier one.
+    local fence, bad = mint(KEYS[2])
+    if not fence then
+      give_back(KEYS[1], KEYS[3])
+      return {-1, bad}
+    end
+    return {1, fence}
   end
   if waits then
     redis.call('set', KEYS[fencing and 3 or 2], '1', 'PX', int(math.max(ttl, 1)))

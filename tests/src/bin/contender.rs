@@ -4,6 +4,7 @@
 //! contender mutex KIND URL OBSERVER NAME TASKS TARGET  # contend until the observer counts TARGET sections
 //! contender herd KIND URL OBSERVER NAME WAITERS HOLD_MS  # WAITERS tasks each take the lock once
 //! contender hold KIND URL NAME TTL_MS                  # take the lock, print HELD <token>, wait to be killed
+//! contender wait KIND URL NAME TTL_MS                  # wait for the lock (60 s), print HELD <token>, wait to be killed
 //! contender spread KIND URL OBSERVER PREFIX LOCKS TASKS SECONDS  # TASKS tasks on locks PREFIX-0..LOCKS
 //! contender rw URL OBSERVER NAME READERS WRITERS SECONDS  # readers and writers of one read/write lock
 //! contender elect URL OBSERVER NAME TTL_MS             # a candidate of the election NAME (below)
@@ -121,7 +122,12 @@ async fn main() {
         ["hold", kind, url, name, ttl_ms] => {
             let locks = connect(url).await;
             let ttl = Duration::from_millis(number(ttl_ms) as u64);
-            hold(&locks, kind, name, ttl).await;
+            hold(&locks, kind, name, ttl, None).await;
+        }
+        ["wait", kind, url, name, ttl_ms] => {
+            let locks = connect(url).await;
+            let ttl = Duration::from_millis(number(ttl_ms) as u64);
+            hold(&locks, kind, name, ttl, Some(MAX_RUN)).await;
         }
         _ => {
             eprintln!("usage: see the doc comment of tests/src/bin/contender.rs");
@@ -398,12 +404,18 @@ async fn rw(
     total
 }
 
-async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration) {
-    let guard = request(locks, kind, name)
-        .ttl(ttl)
-        .try_acquire()
-        .await
-        .expect("the lock is free");
+async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration, wait: Option<Duration>) {
+    let request = request(locks, kind, name).ttl(ttl);
+    let guard = match wait {
+        // A waiting writer registers its intent: killed while it waits, it is a crashed
+        // writer whose intent lapses in silence.
+        Some(wait) => request
+            .wait(wait)
+            .acquire()
+            .await
+            .expect("the lock comes free"),
+        None => request.try_acquire().await.expect("the lock is free"),
+    };
     // 0: taken without a fencing token.
     println!("HELD {}", guard.fencing_token().unwrap_or(0));
     std::io::stdout().flush().expect("flush stdout");

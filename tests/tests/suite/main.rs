@@ -20,6 +20,7 @@ mod edges;
 mod faults;
 mod handoff;
 mod keys;
+mod liveness;
 mod macros;
 mod many;
 mod model;

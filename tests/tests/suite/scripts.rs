@@ -152,7 +152,10 @@ async fn setnx_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &["a", long, "1", "1", "", "", "1"],
     )
     .await;
-    assert_eq!((int(&r), second(&r)), (1, first));
+    // Its own hold, and a token of its own above the first: the first never reached the
+    // caller, and a counter read back could have gone back since.
+    assert_eq!(int(&r), 1);
+    assert!(second(&r) > first, "{r:?}");
     // Busy: a waiter marks the lock, with and without a token asked for.
     let r = run(
         &mut c,
@@ -226,7 +229,7 @@ async fn lock_many_scripts_touch_only_declared_keys_and_pass_only_strings() {
     .await;
     assert_eq!(int(&r), 1);
     let token = second(&r);
-    // Retried after a lost reply: its own hold and token.
+    // Retried after a lost reply: its own hold, and a token of its own.
     let r = run(
         &mut c,
         "retried acquire",
@@ -235,7 +238,8 @@ async fn lock_many_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &["a", long, "1", "1", "", "", "1"],
     )
     .await;
-    assert_eq!((int(&r), second(&r)), (1, token));
+    assert_eq!(int(&r), 1);
+    assert!(second(&r) > token, "{r:?}");
     // A waiter finds the first busy and marks it.
     let r = run(
         &mut c,
@@ -528,7 +532,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         "force unlock",
         &force,
         &[lock, forced, readers, intents],
-        &["why", "host=h\tpid=1", "604800000", "", "s"],
+        &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
     assert_eq!(int(&r), 1);
@@ -587,7 +591,7 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         "force unlock",
         &force,
         &[lock, forced, &readers, &intents],
-        &["why", "host=h\tpid=1", "604800000", "", "s"],
+        &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
     assert_eq!(int(&r), 1);
@@ -696,7 +700,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         "force unlock",
         &force,
         &[lock, forced, &readers, &intents],
-        &["why", "host=h\tpid=1", "604800000", "", ""],
+        &["why", "host=h\tpid=1", "604800000", ""],
     )
     .await;
     assert_eq!(int(&r), 1);
@@ -851,6 +855,13 @@ fn count(server: &RedisServer, command: &str) -> u64 {
     server.commandstats().get(command).copied().unwrap_or(0)
 }
 
+/// Script calls a server ran for locks: `EVALSHA` and `EVAL`, less the writes of the process
+/// record (`nodes/record.lua`, one script call and one `HSET` each, which no lock script
+/// sends), made before a call site's first hold on a server.
+fn lock_scripts(server: &RedisServer) -> u64 {
+    count(server, "evalsha") + count(server, "eval") - count(server, "hset")
+}
+
 /// One client meets a server that refuses `SET .. NX .. GET`: it takes that server's locks
 /// with the acquire script. Another client, on a server that accepts it, keeps sending the
 /// plain command. Failed on the code that kept the refusal in one flag for the whole process:
@@ -873,14 +884,14 @@ async fn a_server_refusing_set_get_changes_only_the_acquisitions_sent_to_it() {
     // The first release loads its script (`NOSCRIPT`, then `EVAL`): counted apart.
     let g = new_locks.lock("b").try_acquire().await.expect("free");
     g.release().await.expect("release");
-    let before = count(&new, "evalsha") + count(&new, "eval");
+    let before = lock_scripts(&new);
     for _ in 0..3 {
         let g = as_other_owner(new_locks.lock("b").try_acquire())
             .await
             .expect("free");
         g.release().await.expect("release");
     }
-    let scripts = count(&new, "evalsha") + count(&new, "eval") - before;
+    let scripts = lock_scripts(&new) - before;
     // Each cycle: the plain `SET .. GET` and the release script.
     assert_eq!(
         scripts,
