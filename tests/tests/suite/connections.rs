@@ -510,3 +510,31 @@ async fn a_caller_that_does_not_read_spawns_no_task() {
          {TASKS} of the test, a reader and a writer per connection)"
     );
 }
+
+/// The process record (`nodes/records.rs`) is written with its expiry in one script: a
+/// process that died between a plain `HSET` and its `PEXPIRE` left a key that never expired
+/// (issue 36, item 6). Every command that touches the record runs inside a script.
+#[tokio::test]
+async fn the_process_record_is_written_with_its_expiry_in_one_step() {
+    let server = RedisServer::start();
+    let monitor = Monitor::start(&server);
+    let locks = Client::connect(&server.url()).await.expect("connect");
+    let g = locks.lock("recorded").try_acquire().await.expect("free");
+    g.release().await.expect("release");
+    let lines = monitor.finish();
+    let record: Vec<String> = lines
+        .iter()
+        .filter(|l| l.contains("#process"))
+        .map(|l| l.to_ascii_lowercase())
+        .collect();
+    assert!(
+        record.iter().any(|l| l.contains("\"hset\""))
+            && record.iter().any(|l| l.contains("\"pexpire\"")),
+        "the record was written, with its expiry: {record:?}"
+    );
+    let outside: Vec<_> = record
+        .iter()
+        .filter(|l| !l.contains("lua]") && !l.contains("\"evalsha\"") && !l.contains("\"eval\""))
+        .collect();
+    assert!(outside.is_empty(), "written outside a script: {outside:?}");
+}
