@@ -146,6 +146,84 @@ async fn scale_leases_at_ttl_3s_on_one_node_held_15s() {
     hold_and_report(&locks, "single", ONE_NODE_LEASES, ttl, hold).await;
 }
 
+/// Busy processes beside the test, as the benchmark's S6b had (its machine's load average was
+/// 11-15 while other builds ran): each spins a core's worth of CPU until dropped.
+struct Busy(Vec<std::process::Child>);
+
+impl Busy {
+    fn start(processes: usize) -> Busy {
+        Busy(
+            (0..processes)
+                .map(|_| {
+                    std::process::Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("spawn a busy process")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The machine's load average over the last minute.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// Busy processes beside the scale tier's loaded cases: two, each a core's worth, on top of
+/// the client and the servers.
+const BUSY: usize = 2;
+
+/// The scale tier under load: [`ONE_NODE_LEASES`] leases at ttl 3 s on one node held 20 s
+/// beside [`BUSY`] busy processes, no lease lost. Renewal keeps up with what the server
+/// answers: a few pipelines outstanding per node, the leases closest to their end first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scale tier: cargo test --test scale -- --ignored --test-threads 1"]
+async fn scale_leases_at_ttl_3s_on_one_node_beside_busy_processes() {
+    let server = RedisServer::start();
+    let locks = Client::connect(&server.url()).await.expect("connect");
+    let busy = Busy::start(BUSY);
+    println!("load before: {}", load());
+    let ttl = Duration::from_secs(3);
+    hold_and_report(
+        &locks,
+        "single, busy",
+        ONE_NODE_LEASES,
+        ttl,
+        Duration::from_secs(20),
+    )
+    .await;
+    println!("load after: {}", load());
+    drop(busy);
+}
+
+/// The scale tier under load on a quorum: 20,000 leases at ttl 3 s on 3 nodes (60,000
+/// renewals a second) held 20 s beside [`BUSY`] busy processes, no lease lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scale tier: cargo test --test scale -- --ignored --test-threads 1"]
+async fn scale_twenty_thousand_leases_at_ttl_3s_on_a_quorum_beside_busy_processes() {
+    let nodes = RedisServers::start(3);
+    let locks = quorum(&nodes).await;
+    let busy = Busy::start(BUSY);
+    println!("load before: {}", load());
+    let ttl = Duration::from_secs(3);
+    hold_and_report(&locks, "quorum, busy", 20_000, ttl, Duration::from_secs(20)).await;
+    println!("load after: {}", load());
+    drop(busy);
+}
+
 /// Commands the server has run, its scripts' own included, less those of the test's readings
 /// (`INFO` and each reading connection's set-up).
 fn commands(server: &RedisServer) -> u64 {
