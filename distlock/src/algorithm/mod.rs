@@ -41,7 +41,9 @@ use crate::error::{Error, Op};
 
 use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
-pub(crate) use script::{evalsha, invoke, invoke_args, is_noscript, with_body, Lua, ScriptCall};
+pub(crate) use script::{
+    evalsha, invoke, invoke_args, is_noscript, pipeline_with_scripts, with_body, Lua, ScriptCall,
+};
 
 #[cfg(any(test, feature = "_fuzzing"))]
 pub(crate) use acquire::parse_acquire;

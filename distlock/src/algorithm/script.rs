@@ -114,6 +114,33 @@ pub(crate) async fn invoke_args<T: FromRedisValue, A: Command + Sync>(
     Ok(redis::from_redis_value(value)?)
 }
 
+/// Sends calls `0..n` as one pipeline with `send(indices, with_source)`, then those a server
+/// answered `NOSCRIPT` again together, as `EVAL`s with the source (which also caches the
+/// script there): a missing script costs a round trip, not a failed call. Fails only when the
+/// first pipeline does; a failed second one leaves those answers `NOSCRIPT`.
+pub(crate) async fn pipeline_with_scripts<F, Fut>(
+    indices: &[usize],
+    send: F,
+) -> redis::RedisResult<Vec<Value>>
+where
+    F: Fn(Vec<usize>, bool) -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<Vec<Value>>>,
+{
+    let mut values = send(indices.to_vec(), false).await?;
+    let missing: Vec<usize> = (0..values.len().min(indices.len()))
+        .filter(|&k| is_noscript(&values[k]))
+        .collect();
+    if !missing.is_empty() {
+        let again = missing.iter().map(|&k| indices[k]).collect();
+        if let Ok(retried) = send(again, true).await {
+            for (&k, value) in missing.iter().zip(retried) {
+                values[k] = value;
+            }
+        }
+    }
+    Ok(values)
+}
+
 /// True when a reply says the server lacks the script it was asked to run.
 pub(crate) fn is_noscript(value: &Value) -> bool {
     matches!(value, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))

@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::send::answer;
-use super::{renewals, Due, NodeReplies};
-use crate::algorithm::is_noscript;
+use super::{answer, renewals, Due, NodeReplies};
+use crate::algorithm::pipeline_with_scripts;
 use crate::conn::{Conn, SlotOwners};
 use crate::nodes::extend_groups;
 
@@ -54,9 +53,8 @@ pub(super) async fn renew(
     let misrouted = AtomicBool::new(false);
     let misrouted = &misrouted;
     let per_group = groups.into_iter().map(|(target, indices)| async move {
-        let mut conn = conn.clone();
-        let send = |conn: &mut Conn, indices: &[usize], with_source: bool| {
-            let pipe = renewals(chunk, indices, with_source);
+        let sent = pipeline_with_scripts(&indices, |indices, with_source| {
+            let pipe = renewals(chunk, &indices, with_source);
             let mut conn = conn.clone();
             let target = &target;
             async move {
@@ -65,24 +63,12 @@ pub(super) async fn renew(
                     Target::Slot(slot) => conn.pipeline_to_slot(&pipe, *slot).await,
                 }
             }
-        };
-        let Ok(mut values) = send(&mut conn, &indices, false).await else {
+        })
+        .await;
+        let Ok(values) = sent else {
             misrouted.store(true, Ordering::Relaxed);
             return indices.into_iter().map(|i| (i, None)).collect::<Vec<_>>();
         };
-        // A master that never ran the extend script (only acquisitions so far), or a promoted
-        // replica, answers NOSCRIPT: those renewals again, together, as `EVAL`s.
-        let missing: Vec<usize> = (0..indices.len())
-            .filter(|&k| is_noscript(&values[k]))
-            .collect();
-        if !missing.is_empty() {
-            let again: Vec<usize> = missing.iter().map(|&k| indices[k]).collect();
-            if let Ok(retried) = send(&mut conn, &again, true).await {
-                for (&k, value) in missing.iter().zip(retried) {
-                    values[k] = value;
-                }
-            }
-        }
         // Any other error (the slot moved or is migrating): that renewal alone again, through
         // the routing that follows redirections; all such at once.
         let answers = indices.into_iter().zip(values).map(|(i, value)| {

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::algorithm::{with_body, Algorithm, HoldId};
+use crate::algorithm::{renewed_lease, with_body, Algorithm, HoldId};
 use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
@@ -230,6 +230,15 @@ fn start_due(shared: &Shared) -> (bool, Option<Instant>) {
     // Under the table's lock, so `watch` sees either this or the next wake-up time.
     shared.set_sleeping_until(next);
     (started, next)
+}
+
+/// A server's answer to one extend script: the lease it now holds, `Some(None)` when the
+/// hold is not there, `None` for anything else (an error).
+fn answer(value: redis::Value) -> Option<Option<Duration>> {
+    match value {
+        redis::Value::Int(ms) => Some(renewed_lease(ms)),
+        _ => None,
+    }
 }
 
 /// The renewals of `chunk` at `indices`, as one pipeline. `with_source`: each as `EVAL` with

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 
-use super::{cluster, renewals, Due, NodeReplies, Shared};
-use crate::algorithm::{is_noscript, renewed_lease};
+use super::{answer, cluster, renewals, Due, NodeReplies, Shared};
+use crate::algorithm::pipeline_with_scripts;
 use crate::conn::Conn;
 use crate::nodes::{Node, Nodes};
 
@@ -81,50 +81,30 @@ async fn send(shared: &Shared, node: &Node, chunk: Vec<Due>) -> (Vec<Due>, Insta
     (chunk, sent, replies)
 }
 
-/// Renews `chunk` on one node: one pipeline, and where the server lacks the extend script (a
-/// fresh or restarted server has only the scripts it ran), a second one with those renewals
-/// as `EVAL`s, so that a missing script costs a round trip, not a failed renewal.
+/// Renews `chunk` on one node: one pipeline (a second for renewals whose script the server
+/// lacks: `algorithm::pipeline_with_scripts`).
 async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
     if let Conn::Cluster(_) = node.conn {
         let (replies, pipelines) = cluster::renew(&node.conn, chunk, &shared.slot_owners).await;
         shared.round_trips.fetch_add(pipelines, Ordering::Relaxed);
         return replies;
     }
-    let mut conn = node.conn.clone();
     let all: Vec<usize> = (0..chunk.len()).collect();
-    shared.round_trips.fetch_add(1, Ordering::Relaxed);
-    let Ok(mut values) = renewals(chunk, &all, false)
-        .ignore_errors()
-        .query_async::<Vec<Value>>(&mut conn)
-        .await
-    else {
+    let sent = pipeline_with_scripts(&all, |indices, with_source| {
+        let mut conn = node.conn.clone();
+        shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        async move {
+            renewals(chunk, &indices, with_source)
+                .ignore_errors()
+                .query_async::<Vec<Value>>(&mut conn)
+                .await
+        }
+    })
+    .await;
+    let Ok(values) = sent else {
         return vec![None; chunk.len()];
     };
-    let missing: Vec<usize> = (0..values.len().min(chunk.len()))
-        .filter(|&k| is_noscript(&values[k]))
-        .collect();
-    if !missing.is_empty() {
-        shared.round_trips.fetch_add(1, Ordering::Relaxed);
-        if let Ok(retried) = renewals(chunk, &missing, true)
-            .ignore_errors()
-            .query_async::<Vec<Value>>(&mut conn)
-            .await
-        {
-            for (&k, value) in missing.iter().zip(retried) {
-                values[k] = value;
-            }
-        }
-    }
     let mut replies: NodeReplies = values.into_iter().map(answer).collect();
     replies.resize(chunk.len(), None);
     replies
-}
-
-/// A server's answer to one extend script: the lease it now holds, `Some(None)` when the
-/// hold is not there, `None` for anything else (an error).
-pub(super) fn answer(value: Value) -> Option<Option<Duration>> {
-    match value {
-        Value::Int(ms) => Some(renewed_lease(ms)),
-        _ => None,
-    }
 }
