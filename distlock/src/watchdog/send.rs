@@ -36,7 +36,7 @@ pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
             paused_until = None;
         }
         while paused_until.is_none() && outstanding.len() < WINDOW {
-            let chunk = shared.table().take(i);
+            let chunk = shared.table().take(i, Instant::now());
             if chunk.is_empty() {
                 break;
             }

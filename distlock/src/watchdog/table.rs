@@ -207,8 +207,12 @@ impl Table {
         (started, next)
     }
 
-    /// Takes the next chunk of node `i`'s queue, marked in flight.
-    pub(super) fn take(&mut self, i: usize) -> Vec<Due> {
+    /// Takes the next chunk of node `i`'s queue, marked in flight. A lease that ended on the
+    /// local clock while it waited is not sent: no answer could prove it any more, and the
+    /// server would only keep a lock nobody holds for another ttl. It is declared lost (its
+    /// guard says so already, by its own deadline) and leaves the table, so that renewals
+    /// that fall behind spend what the server can answer on the leases still to be saved.
+    pub(super) fn take(&mut self, i: usize, now: Instant) -> Vec<Due> {
         let Table { entries, queues } = self;
         let queue = &mut queues[i];
         let mut chunk = Vec::with_capacity(queue.len().min(CHUNK));
@@ -220,6 +224,11 @@ impl Table {
             let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
+            if e.ends <= now && !e.watch.lease.is_valid() {
+                e.watch.lease.declare_lost();
+                entries.remove(&id);
+                continue;
+            }
             let on = &mut e.on[i];
             on.queued = false;
             on.in_flight = true;
@@ -491,9 +500,34 @@ mod tests {
         let (started, _) = table.start_due(t + ms(400) + TTL / 3);
         assert!(started);
         for node in 0..2 {
-            let order: Vec<u64> = table.take(node).iter().map(|d| d.id).collect();
+            let order: Vec<u64> = table.take(node, t).iter().map(|d| d.id).collect();
             assert_eq!(order, [2, 1, 0], "node {node}");
         }
+    }
+
+    /// A lease that ended while it waited in the queue (renewals fell behind) is not sent: it
+    /// is declared lost and leaves the table, and the leases still alive go in its place.
+    #[test]
+    fn a_lease_that_ended_in_the_queue_is_reported_lost_not_sent() {
+        let now = Instant::now();
+        let long_ago = now - TTL - Duration::from_millis(10);
+        let mut table = Table::new(1);
+        for (id, sent) in [(0, long_ago), (1, now)] {
+            table.insert(id, watch(sent), sent);
+            // Queued by an earlier tick, while it was still alive.
+            table.entries.get_mut(&id).expect("inserted").on[0].queued = true;
+            let ends = table.entries[&id].ends;
+            table.queues[0].push_back((ends, id));
+        }
+        let ended = table.entries[&0].watch.lease.clone();
+        let chunk: Vec<u64> = table.take(0, Instant::now()).iter().map(|d| d.id).collect();
+        assert_eq!(chunk, [1], "only the live lease is sent");
+        assert_eq!(table.len(), 1, "the ended one left the table");
+        assert!(!ended.is_valid());
+        assert!(
+            futures_util::FutureExt::now_or_never(ended.until_lost()).is_some(),
+            "its loss is reported"
+        );
     }
 
     /// A batch that does not simply follow the queue (leases owed again after a failure, say)
