@@ -282,19 +282,35 @@ impl Subscription {
     /// Sleeps until a release is published (true) or `fallback` passes (false), in the queue
     /// of the waiters that may share the lock if `shared`. Returns true at once if the
     /// subscriptions' connection came back since `rejoins` (the caller's
-    /// [`Notifier::rejoins`] when it last attempted): a release may have gone unheard.
-    pub(crate) async fn released(&self, fallback: Duration, rejoins: u64, shared: bool) -> bool {
-        // Created before the check: a rejoin after it wakes this future.
+    /// [`Notifier::rejoins`] when it last attempted): a release may have gone unheard; or if
+    /// the channel's [`wake_count`](Self::wake_count) (with subscriptions if `seen.0`) is no
+    /// longer `seen.1`: a release for several came since the caller's last attempt.
+    ///
+    /// The wake-up is registered before either is read. A message handled on the connection's
+    /// thread between a check and the registration would otherwise miss this caller: a
+    /// `notify_waiters` wakes only those registered, and the one permit a `notify_one` keeps
+    /// goes to whichever waiter registers first (spec/wakeup.pml found it: two permits freed
+    /// and one waiter asleep, or a reader asleep past a writer's release).
+    pub(crate) async fn released(
+        &self,
+        fallback: Duration,
+        rejoins: u64,
+        shared: bool,
+        seen: (bool, u64),
+    ) -> bool {
         let released = if shared {
             self.ch.released_shared.notified()
         } else {
             self.ch.released.notified()
         };
+        tokio::pin!(released);
+        released.as_mut().enable();
         let rejoined = self
             .channels
             .upgrade()
             .is_some_and(|channels| channels.rejoins.load(Ordering::Acquire) != rejoins);
-        rejoined || tokio::time::timeout(fallback, released).await.is_ok()
+        let counted = self.wake_count(seen.0) != seen.1;
+        rejoined || counted || tokio::time::timeout(fallback, released).await.is_ok()
     }
 }
 

@@ -369,14 +369,17 @@ impl<'a> Waiter<'a> {
         until_probed: bool,
     ) -> bool {
         let (rejoins, shared) = (self.attempt_rejoins, self.shared);
+        // Every sleep, the first and those that go on to a later end, checks the count again
+        // once its wake-up is registered (see `Subscription::released`).
+        let seen = (self.attempted, self.attempt_wake_alls);
         let released = async {
             if until_probed {
                 tokio::select! {
-                    woken = sub.released(fallback, rejoins, shared) => woken,
+                    woken = sub.released(fallback, rejoins, shared, seen) => woken,
                     _ = sub.probing().over() => false,
                 }
             } else {
-                sub.released(fallback, rejoins, shared).await
+                sub.released(fallback, rejoins, shared, seen).await
             }
         };
         match slot {
