@@ -158,10 +158,10 @@ if [ "$long" = 0 ]; then
   run verified many             many.pml      -
   run verified many-one-slot    many.pml      - -DONE_SLOT
   run verified many-faults2     many.pml      - -DFAULTS=2
-  run verified wakeup-permits   wakeup.pml    - -DNO_WINDOW
-  run verified wakeup-permits-enable wakeup.pml - -DENABLE_FIRST
-  run verified wakeup-readers   wakeup.pml    - -DREADERS -DNO_WINDOW
-  run verified wakeup-readers-enable wakeup.pml - -DREADERS -DENABLE_FIRST
+  run verified wakeup-permits   wakeup.pml    -
+  run verified wakeup-readers   wakeup.pml    - -DREADERS
+  run verified wakeup-permits-current-thread wakeup.pml - -DOLD_CHECK_FIRST -DNO_WINDOW
+  run verified wakeup-readers-current-thread wakeup.pml - -DREADERS -DOLD_CHECK_FIRST -DNO_WINDOW
 else
   run verified setnx            setnx.pml     - -DFAULTS=2
   run verified setnx-3clients   setnx.pml     - -DNC=3 -DONE_FULL
@@ -177,10 +177,10 @@ else
   run verified many             many.pml      - -DFAULTS=2 -DMAXATT=3
   run verified many-one-slot    many.pml      - -DONE_SLOT -DFAULTS=2 -DMAXATT=3
   run verified many-all-full    many.pml      - -DALL_FULL
-  run verified wakeup-permits   wakeup.pml    - -DNO_WINDOW -DHL=3
-  run verified wakeup-permits-enable wakeup.pml - -DENABLE_FIRST -DHL=3
-  run verified wakeup-readers   wakeup.pml    - -DREADERS -DNO_WINDOW
-  run verified wakeup-readers-enable wakeup.pml - -DREADERS -DENABLE_FIRST
+  run verified wakeup-permits   wakeup.pml    - -DHL=3
+  run verified wakeup-readers   wakeup.pml    - -DREADERS
+  run verified wakeup-permits-current-thread wakeup.pml - -DOLD_CHECK_FIRST -DNO_WINDOW -DHL=3
+  run verified wakeup-readers-current-thread wakeup.pml - -DREADERS -DOLD_CHECK_FIRST -DNO_WINDOW
 fi
 
 # Negative controls: the protocol before each fix must fail. First the two bugs the models
@@ -208,16 +208,16 @@ run control  many-caller-order     many.pml  deadlock -DOLD_CALLER_ORDER -DNO_PA
 run control  many-no-rollback      many.pml  partial  -DNO_ROLLBACK
 run control  many-give-back-taken  many.pml  partial  -DFAULTS=2 -DOLD_GIVE_BACK_TAKEN
 run control  many-no-pending       many.pml  leftover -DNO_PENDING
-# The wake-up path (wakeup.pml): issue 36's two fixes undone (a semaphore's release not
-# counted, also with the Notified enabled first: both are needed; a reader kept out by a dead
-# writer's intent told no time), then finding 4, still open: today's code on a
-# multi-threaded runtime, where a push handled between a waiter's count check and its
-# registration on the Notify leaves it asleep.
-run control  old-empty-payload     wakeup.pml idle-permit -DOLD_EMPTY_PAYLOAD -DNO_WINDOW
-run control  old-empty-payload-enable wakeup.pml idle-permit -DOLD_EMPTY_PAYLOAD -DENABLE_FIRST
-run control  old-no-intent-time    wakeup.pml idle-reader -DREADERS -DOLD_NO_INTENT_TIME -DNO_WINDOW
-run control  window-permits        wakeup.pml idle-permit
-run control  window-readers        wakeup.pml idle-reader -DREADERS
+# The wake-up path (wakeup.pml): issue 36's fixes undone: a semaphore's release not counted
+# (with the wake-up registered first as today, and in the old current-thread shape: the count
+# is needed either way), a reader kept out by a dead writer's intent told no time, and the
+# count checked before the wake-up was registered (finding 4: a push handled between the two
+# on a multi-threaded runtime left a waiter asleep).
+run control  old-empty-payload     wakeup.pml idle-permit -DOLD_EMPTY_PAYLOAD
+run control  old-empty-payload-current-thread wakeup.pml idle-permit -DOLD_EMPTY_PAYLOAD -DOLD_CHECK_FIRST -DNO_WINDOW
+run control  old-no-intent-time    wakeup.pml idle-reader -DREADERS -DOLD_NO_INTENT_TIME -DOLD_CHECK_FIRST -DNO_WINDOW
+run control  old-check-first-permits wakeup.pml idle-permit -DOLD_CHECK_FIRST
+run control  old-check-first-readers wakeup.pml idle-reader -DREADERS -DOLD_CHECK_FIRST
 
 wait
 report

@@ -104,17 +104,17 @@
  *   and every safety run: no invalid end state (every waiter gets in at last).
  *
  * Variants (-D):
- *   NO_WINDOW           the count check and the registration on the Notify are one step (no
- *                       message handled between them: a current-thread runtime, where
- *                       `on_push` runs only at the waiter's awaits). The verified runs of
- *                       today's code.
- *   ENABLE_FIRST        the fix proposed for finding 4: the `Notified` is created and enabled
- *                       before the count is compared, on every sleep (also each sleep on after
- *                       a later `holder_until`); a notify_one that reached a waiter that then
- *                       attempts instead is passed on when its `Notified` is dropped (tokio).
- *   (neither)           today's code on a multi-threaded runtime: `on_push` may run between
- *                       the count check and the registration, and between the end of one
- *                       sleep and the next (finding 4)
+ *   (none)              the code: the `Notified` is created and enabled before the count is
+ *                       compared, on every sleep (also each sleep on after a later
+ *                       `holder_until`: `notify.rs` `Subscription::released`); a notify_one
+ *                       that reached a waiter that then attempts instead is passed on when its
+ *                       `Notified` is dropped (tokio). Was ENABLE_FIRST, the fix of finding 4.
+ *   OLD_CHECK_FIRST     the code before that fix on a multi-threaded runtime: `on_push` may run
+ *                       between the count check and the registration, and between the end of
+ *                       one sleep and the next (finding 4) -> idle-permit / idle-reader fail
+ *   NO_WINDOW           (with OLD_CHECK_FIRST) the count check and the registration as one step:
+ *                       a current-thread runtime, where `on_push` runs only at the waiter's
+ *                       awaits; the old code was right there
  *   OLD_EMPTY_PAYLOAD   the semaphore's release published an empty payload (before issue 36
  *                       item 1): not counted -> idle-permit fails
  *   OLD_NO_INTENT_TIME  (READERS) a reader kept out only by intents was answered `{0, -1}` (no
@@ -137,7 +137,7 @@
 #define W_TRY    0              /* about to attempt (woken, or the count moved, or its cap) */
 #define W_REPLY  1              /* busy answer in, not yet handled */
 #define W_GAP    2              /* checked (or its sleep ended, to sleep on): not registered */
-#define W_EN     3              /* ENABLE_FIRST: registered, the count not yet checked */
+#define W_EN     3              /* enable-first: registered, the count not yet checked */
 #define W_ASLEEP 4              /* registered, asleep until woken or cap */
 #define W_DONE   5              /* got in (holds), left the channel */
 
@@ -162,20 +162,20 @@ byte att[2];                    /* the count when its last attempt was sent */
 byte cap[2];                    /* its sleep's cap: time left */
 bit  known[2];                  /* its last busy answer named a time (holder_known) */
 bit  inq[2];                    /* has a Subscription (joined) */
-#ifdef ENABLE_FIRST
+#ifndef OLD_CHECK_FIRST
 byte got[2];                    /* W_EN: 0 not notified, 1 by notify_one in the list (passed on
                                    if dropped), 2 took the stored permit, 3 by notify_waiters */
 #endif
 
 #define REGISTERED(w) (ws[w] == W_ASLEEP || (ws[w] == W_EN && got[w] == 0))
-#ifndef ENABLE_FIRST
+#ifdef OLD_CHECK_FIRST
 #undef REGISTERED
 #define REGISTERED(w) (ws[w] == W_ASLEEP)
 #endif
 
-/* A woken waiter attempts. Under ENABLE_FIRST a registered waiter not yet past its check
+/* A woken waiter attempts. Under the enable-first code a registered waiter not yet past its check
    only records it (its poll returns ready, or its drop passes it on). */
-#ifdef ENABLE_FIRST
+#ifndef OLD_CHECK_FIRST
 #define WAKE(w, how) \
   if \
   :: ws[w] == W_ASLEEP -> ws[w] = W_TRY; cap[w] = 0 \
@@ -337,7 +337,7 @@ proctype Waiter(byte w)
           fi
        :: else ->
 check:
-#ifdef ENABLE_FIRST
+#ifndef OLD_CHECK_FIRST
           REGISTER(w);
           if :: ws[w] == W_TRY -> got[w] = 2 :: else -> got[w] = 0 fi;
           ws[w] = W_EN
@@ -355,7 +355,7 @@ check:
 #endif
        fi
      }
-#ifdef ENABLE_FIRST
+#ifndef OLD_CHECK_FIRST
   /* the count compared with the Notified already enabled */
   :: atomic {
        ws[w] == W_EN ->
@@ -383,7 +383,7 @@ check:
           cap[w] = hu;
 #if defined(NO_WINDOW)
           skip
-#elif defined(ENABLE_FIRST)
+#elif !defined(OLD_CHECK_FIRST)
           got[w] = 0; ws[w] = W_EN
 #else
           ws[w] = W_GAP
