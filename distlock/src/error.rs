@@ -23,6 +23,8 @@ pub enum Op {
     Inspect,
     /// Removing a lock by force.
     ForceUnlock,
+    /// Writing to a resource fenced by tokens ([`FencedRedis`](crate::fenced::FencedRedis)).
+    FencedWrite,
 }
 
 impl fmt::Display for Op {
@@ -34,6 +36,7 @@ impl fmt::Display for Op {
             Op::Release => "release",
             Op::Inspect => "inspect",
             Op::ForceUnlock => "force unlock",
+            Op::FencedWrite => "fenced write",
         })
     }
 }
@@ -219,6 +222,18 @@ pub enum Error {
     ShutDown {
         /// The lock's name.
         name: String,
+    },
+
+    /// A fenced resource refused a write: it has seen a higher fencing token, so a newer
+    /// holder of the lock took it and wrote after this holder's lease ended (the holder
+    /// stalled: a pause, a frozen VM, a slow network). Nothing was written. Not retryable:
+    /// the newer holder is in charge; take the lock again to write.
+    #[error("a fenced write was refused: token {token} is below {highest}, the highest the resource has seen (a newer holder wrote)")]
+    StaleToken {
+        /// The token presented.
+        token: u64,
+        /// The highest token the resource had seen.
+        highest: u64,
     },
 
     /// A locked function was called without `client = ..` and no default client was set.

@@ -172,6 +172,7 @@ mod conn;
 mod context;
 mod election;
 mod error;
+pub mod fenced;
 mod guard;
 mod handoff;
 mod holds;
@@ -195,6 +196,7 @@ mod setnx;
 mod sync;
 mod tasks;
 mod telemetry;
+mod token;
 mod wait;
 mod watchdog;
 
@@ -212,6 +214,7 @@ pub use lease::{MAX_TTL, MIN_TTL};
 pub use lock::LockRequest;
 pub use mode::LockMode;
 pub use runtime::Shutdown;
+pub use token::FencingToken;
 
 pub mod guide;
 

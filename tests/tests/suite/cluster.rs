@@ -487,3 +487,24 @@ async fn a_least_privileged_user_runs_every_mode() {
         .await;
     assert!(denied.is_err(), "the user may write outside the lock keys");
 }
+
+/// A fenced write on a Cluster: the key's mark lives in its slot (one script reaches both), for
+/// keys with and without a hash tag.
+#[tokio::test]
+async fn fenced_writes_reach_the_key_and_its_mark_in_one_slot() {
+    let seeds = CLUSTER.with(|c| c.urls());
+    let conn = redis::cluster::ClusterClient::new(seeds)
+        .expect("seeds")
+        .get_async_connection()
+        .await
+        .expect("connect");
+    let mut store = distlock::fenced::FencedRedis::new(conn);
+    for key in ["fenced:plain", "fenced:{tagged}:x", "{}odd}"] {
+        store.set(key, "v", 2u64).await.expect("written");
+        let refused = store.set(key, "stale", 1u64).await;
+        assert!(
+            matches!(refused, Err(distlock::Error::StaleToken { .. })),
+            "{key}: {refused:?}"
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod cluster;
 mod connections;
 mod edges;
 mod faults;
+mod fenced;
 mod handoff;
 mod keys;
 mod liveness;

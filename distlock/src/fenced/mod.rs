@@ -1,0 +1,335 @@
+//! Writes to Redis that the store itself fences: a write carrying a token below the highest
+//! the key has seen is refused, so a holder whose lease ended while it stalled cannot
+//! overwrite what its successor wrote.
+//!
+//! A lease cannot stop a holder that stalls past it (a GC pause, a frozen VM, a slow
+//! network): only the resource can, by refusing writes that carry an older token. Each write
+//! here is one script (`write.lua`) that compares the token with the key's **mark** (the
+//! highest token written to it so far), refuses a lower one, raises the mark and writes, in one
+//! atomic step.
+//!
+//! The mark of key `k` is a string key beside it, [`mark_key`]`(k)`: `{<tag>}:#fence-mark:<k>`,
+//! with a tag chosen to put it in `k`'s Redis Cluster slot, so one script reaches both on a
+//! Cluster. It is kept as long as the resource's own
+//! expiry and at least [`MARK_KEPT`] (by default) after its last write: a holder stalled
+//! longer than that after its successor's last write could write once more. Tokens have the
+//! clock floor of docs/design.md, so this is the same bound as the fencing counter's.
+//!
+//! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
+//! redis-rs async connection.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{ToRedisArgs, Value};
+
+use crate::algorithm::{evalsha, invoke, Lua};
+use crate::error::{Error, Op};
+use crate::key::slot;
+use crate::token::FencingToken;
+
+/// How long a key's mark is kept after its last write, at least (and never less than the
+/// key's own expiry): one day, the fencing counter's retention.
+pub const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua")));
+
+/// The suffix that makes a key's mark.
+const MARK_SUFFIX: &[u8] = b":#fence-mark";
+
+/// Redis writes refused when they carry a token below the highest the key has seen.
+///
+/// ```no_run
+/// # async fn demo(locks: distlock::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::fenced::FencedRedis;
+///
+/// let conn = redis::Client::open("redis://127.0.0.1:6379")?
+///     .get_multiplexed_async_connection()
+///     .await?;
+/// let mut store = FencedRedis::new(conn);
+/// let guard = locks.lock("account:42").fencing(true).acquire().await?;
+/// let token = guard.fencing_token().expect("taken with fencing");
+/// // Refused with `Error::StaleToken` if a newer holder of the lock wrote meanwhile.
+/// store.hincr_by("account:42", "balance", 100, token).await?;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct FencedRedis<C> {
+    conn: C,
+    mark_kept_ms: u64,
+}
+
+impl<C: ConnectionLike + Send> FencedRedis<C> {
+    /// Fenced writes over `conn` (a `MultiplexedConnection`, a `ConnectionManager`, a Cluster
+    /// connection, ...).
+    pub fn new(conn: C) -> Self {
+        FencedRedis {
+            conn,
+            mark_kept_ms: MARK_KEPT.as_millis() as u64,
+        }
+    }
+
+    /// How long a key's mark is kept after its last write at least (default [`MARK_KEPT`];
+    /// never less than the key's own expiry). Longer than any holder may stall.
+    pub fn mark_kept(mut self, kept: Duration) -> Self {
+        self.mark_kept_ms = (kept.as_millis() as u64).max(1);
+        self
+    }
+
+    /// The connection back.
+    pub fn into_inner(self) -> C {
+        self.conn
+    }
+
+    /// `SET key value`, fenced.
+    pub async fn set(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        value: impl ToRedisArgs,
+        token: impl Into<FencingToken>,
+    ) -> Result<(), Error> {
+        self.write(key.as_ref(), token.into(), "set", |cmd| {
+            cmd.arg(value);
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `SET key value PX ttl`, fenced. The mark is kept at least as long as the key.
+    pub async fn set_with_expiry(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        value: impl ToRedisArgs,
+        ttl: Duration,
+        token: impl Into<FencingToken>,
+    ) -> Result<(), Error> {
+        let ms = (ttl.as_millis() as u64).max(1);
+        self.write(key.as_ref(), token.into(), "set_px", |cmd| {
+            cmd.arg(value).arg(ms);
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `DEL key`, fenced; true when the key was there. The mark stays: a stale holder cannot
+    /// write the key back.
+    pub async fn del(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        token: impl Into<FencingToken>,
+    ) -> Result<bool, Error> {
+        let n = self
+            .write(key.as_ref(), token.into(), "del", |_| {})
+            .await?;
+        Ok(int(&n)? > 0)
+    }
+
+    /// `INCRBY key n`, fenced; the new value.
+    pub async fn incr_by(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        n: i64,
+        token: impl Into<FencingToken>,
+    ) -> Result<i64, Error> {
+        let v = self
+            .write(key.as_ref(), token.into(), "incr_by", |cmd| {
+                cmd.arg(n);
+            })
+            .await?;
+        int(&v)
+    }
+
+    /// `HSET key field value`, fenced.
+    pub async fn hset(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        field: impl ToRedisArgs,
+        value: impl ToRedisArgs,
+        token: impl Into<FencingToken>,
+    ) -> Result<(), Error> {
+        self.write(key.as_ref(), token.into(), "hset", |cmd| {
+            cmd.arg(field).arg(value);
+        })
+        .await
+        .map(drop)
+    }
+
+    /// `HDEL key field`, fenced; true when the field was there.
+    pub async fn hdel(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        field: impl ToRedisArgs,
+        token: impl Into<FencingToken>,
+    ) -> Result<bool, Error> {
+        let n = self
+            .write(key.as_ref(), token.into(), "hdel", |cmd| {
+                cmd.arg(field);
+            })
+            .await?;
+        Ok(int(&n)? > 0)
+    }
+
+    /// `HINCRBY key field n`, fenced; the new value.
+    pub async fn hincr_by(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        field: impl ToRedisArgs,
+        n: i64,
+        token: impl Into<FencingToken>,
+    ) -> Result<i64, Error> {
+        let v = self
+            .write(key.as_ref(), token.into(), "hincr_by", |cmd| {
+                cmd.arg(field).arg(n);
+            })
+            .await?;
+        int(&v)
+    }
+
+    /// The highest token `key` has seen (its mark), if any write to it was fenced lately.
+    pub async fn highest_token(
+        &mut self,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<FencingToken>, Error> {
+        let mark: Option<u64> = redis::cmd("GET")
+            .arg(mark_key(key.as_ref()))
+            .query_async(&mut self.conn)
+            .await
+            .map_err(failed)?;
+        Ok(mark.map(FencingToken::new))
+    }
+
+    /// One fenced write: `op` and the arguments `args` adds.
+    async fn write(
+        &mut self,
+        key: &[u8],
+        token: FencingToken,
+        op: &str,
+        args: impl FnOnce(&mut redis::Cmd),
+    ) -> Result<Value, Error> {
+        let mut cmd = evalsha(&WRITE, 2, 7, 2 * key.len() + 64);
+        cmd.arg(key)
+            .arg(mark_key(key))
+            .arg(token)
+            .arg(self.mark_kept_ms)
+            .arg(op);
+        args(&mut cmd);
+        let reply: Value = invoke(&WRITE, &cmd, &mut self.conn).await.map_err(failed)?;
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), result] => Ok(result.clone()),
+                [Value::Int(0), highest] => Err(Error::StaleToken {
+                    token: token.get(),
+                    highest: highest_of(highest),
+                }),
+                _ => Err(unexpected()),
+            },
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// The key that holds `key`'s mark: `{<tag>}:#fence-mark:<key>`, where `<tag>` is the
+/// smallest number whose Redis Cluster slot is `key`'s, so the mark lives in `key`'s slot
+/// whatever braces `key` holds, and each key has a mark of its own.
+///
+/// ```
+/// use distlock::fenced::mark_key;
+///
+/// // `order:42` is in slot 8,691, as `{633}` is.
+/// assert_eq!(mark_key(b"order:42"), b"{633}:#fence-mark:order:42");
+/// ```
+pub fn mark_key(key: &[u8]) -> Vec<u8> {
+    let tag = SLOT_TAGS[usize::from(slot(key))].to_string();
+    let mut mark = Vec::with_capacity(tag.len() + MARK_SUFFIX.len() + key.len() + 3);
+    mark.push(b'{');
+    mark.extend_from_slice(tag.as_bytes());
+    mark.push(b'}');
+    mark.extend_from_slice(MARK_SUFFIX);
+    mark.push(b':');
+    mark.extend_from_slice(key);
+    mark
+}
+
+/// For each Redis Cluster slot, the smallest number whose decimal digits hash to it: a tag
+/// that puts a key in that slot.
+static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; 16384];
+    let mut left = tags.len();
+    let mut n: u32 = 0;
+    while left > 0 {
+        let t = &mut tags[usize::from(slot(n.to_string().as_bytes()))];
+        if *t == u32::MAX {
+            *t = n;
+            left -= 1;
+        }
+        n += 1;
+    }
+    tags.into_boxed_slice()
+});
+
+fn highest_of(value: &Value) -> u64 {
+    match value {
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u64::MAX),
+        Value::Int(n) => u64::try_from(*n).unwrap_or(u64::MAX),
+        _ => u64::MAX,
+    }
+}
+
+fn int(value: &Value) -> Result<i64, Error> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        _ => Err(unexpected()),
+    }
+}
+
+fn failed(source: redis::RedisError) -> Error {
+    Error::Redis {
+        op: Op::FencedWrite,
+        name: None,
+        source,
+    }
+}
+
+fn unexpected() -> Error {
+    failed(
+        (
+            redis::ErrorKind::Parse,
+            "unexpected answer to a fenced write",
+        )
+            .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mark is in its key's slot, whatever braces the key holds, and each key has its own.
+    #[test]
+    fn a_mark_lives_in_its_keys_slot() {
+        let keys = [
+            &b"order:42"[..],
+            b"a{b}c",
+            b"{}x",
+            b"x{}",
+            b"{",
+            b"}{",
+            b"a{b",
+            b"{a}{b}",
+            b"",
+            b"\xff\x00{",
+        ];
+        for key in keys {
+            let mark = mark_key(key);
+            assert_eq!(slot(&mark), slot(key), "{key:?} -> {mark:?}");
+        }
+        let marks: std::collections::HashSet<Vec<u8>> = keys.iter().map(|k| mark_key(k)).collect();
+        assert_eq!(marks.len(), keys.len());
+        assert!(SLOT_TAGS.iter().all(|&t| t != u32::MAX));
+    }
+}
