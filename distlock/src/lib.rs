@@ -68,7 +68,7 @@
 //! |---|---|
 //! | `tls` | `rediss://` URLs (rustls; webpki roots, or your CA through [`ClientBuilder::tls_root_certificate`](ClientBuilder)) |
 //! | `metrics` | lock metrics through the `metrics` facade ([the names](guide::operations#metrics)) |
-//! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] |
+//! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] and a body that names nothing internal; `HandlerError`, a handler's error type that any error converts into |
 //! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
 //!
 //! # Modes
@@ -205,6 +205,8 @@ pub use config::{
 };
 pub use context::LockContext;
 pub use election::{Election, Leader, Leadership};
+#[cfg(feature = "axum")]
+pub use error::HandlerError;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use inspect::{ForcedUnlock, Holder, LockInfo, Permit, Reader, FORCED_RECORD_KEPT};

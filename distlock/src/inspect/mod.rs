@@ -273,6 +273,7 @@ impl Client {
                     .map_err(|e| Error::Redis {
                         op: Op::Inspect,
                         name: None,
+                        server: None,
                         source: e,
                     })?;
                 let mut pipe = redis::pipe();
@@ -292,6 +293,7 @@ impl Client {
                         .map_err(|e| Error::Redis {
                             op: Op::Inspect,
                             name: None,
+                            server: None,
                             source: e,
                         })?
                 };
