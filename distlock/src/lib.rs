@@ -8,7 +8,9 @@
 //! ```
 //!
 //! distlock runs on Tokio (a multi-thread or a current-thread runtime). Minimum Rust version:
-//! 1.88. Redis: 7.0 or later (see [the deployments guide](guide::deployments)).
+//! 1.88. Redis: 6.2 or later (7.0 for wake-ups on a Redis Cluster; see
+//! [the deployments guide](guide::deployments#redis-versions)), run with
+//! `maxmemory-policy noeviction`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -75,8 +77,9 @@
 //!
 //! * [`Client::lock`]: an exclusive lock, the classic Redis lock done right:
 //!   `SET key token NX PX ttl` with 126 random bits per acquisition (one plain command unless a
-//!   fencing token is asked for; a caller that does not wait adds `GET`, Redis 7.0 or later, to
-//!   learn who holds it); release and extension check the token atomically. The same task
+//!   fencing token is asked for; a caller that does not wait adds `GET` to learn who holds it,
+//!   on Redis 7.0 or later, and runs the acquire script instead on 6.2); release and extension
+//!   check the token atomically. The same task
 //!   asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
 //! * [`Client::reentrant`]: an exclusive lock owned by the Tokio task (see [`LockContext`]):
 //!   nested acquisitions in one task re-enter; one hash per lock with its owner and a field per

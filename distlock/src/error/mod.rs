@@ -85,13 +85,15 @@ pub enum Error {
     },
 
     /// The lock stayed busy for the whole wait.
-    #[error("lock `{name}` still busy after waiting {waited:?} ({attempts} attempts)")]
+    #[error("lock `{name}` still busy after waiting {waited:?}{}", fmt_attempts(*.attempts))]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long the caller waited.
         waited: Duration,
-        /// How many acquire attempts were sent.
+        /// How many acquire attempts it sent. Zero when it waited its whole wait in line
+        /// behind the tasks of this process that wait for the same lock: they go first (one
+        /// attempt serves them all, and a release passes the lock among them).
         attempts: u32,
     },
 
@@ -254,6 +256,15 @@ fn fmt_name(name: &Option<String>) -> String {
     name.as_ref()
         .map(|n| format!(" of `{n}`"))
         .unwrap_or_default()
+}
+
+fn fmt_attempts(attempts: u32) -> String {
+    match attempts {
+        0 => " in line behind this process's other waiters for it (no attempt of its own sent)"
+            .to_owned(),
+        1 => " (1 attempt)".to_owned(),
+        n => format!(" ({n} attempts)"),
+    }
 }
 
 fn fmt_server(server: &Option<String>) -> String {
@@ -449,6 +460,31 @@ mod tests {
             name: "k".into(),
             held_for: Duration::from_secs(1),
         }
+    }
+
+    /// A waiter that queued behind this process's other waiters and never sent an attempt of
+    /// its own (the lock passed among them, by hand-off or their own attempts) says so, not
+    /// "(0 attempts)".
+    #[test]
+    fn a_timeout_says_how_it_waited() {
+        let timeout = |attempts| Error::Timeout {
+            name: "k".into(),
+            waited: Duration::from_secs(2),
+            attempts,
+        };
+        assert_eq!(
+            timeout(0).to_string(),
+            "lock `k` still busy after waiting 2s in line behind this process's other waiters \
+             for it (no attempt of its own sent)"
+        );
+        assert_eq!(
+            timeout(1).to_string(),
+            "lock `k` still busy after waiting 2s (1 attempt)"
+        );
+        assert_eq!(
+            timeout(3).to_string(),
+            "lock `k` still busy after waiting 2s (3 attempts)"
+        );
     }
 
     #[test]
