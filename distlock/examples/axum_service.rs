@@ -1,5 +1,7 @@
 //! An axum service whose handlers lock per account: deposits are alone on their account, reads
-//! share it. A lock error answers with distlock's HTTP mapping (the `axum` feature).
+//! share it. The handlers' error is `distlock::HandlerError` (the `axum` feature): a lock error
+//! answers with distlock's HTTP mapping (409 busy, 503 + Retry-After when Redis is
+//! unreachable, 500 for a lost lease), with a body that names no lock or server.
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run -p distlock --features axum --example axum_service
@@ -10,10 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use distlock::{read_lock, write_lock, Client};
+use distlock::{read_lock, write_lock, Client, HandlerError};
 
 #[derive(Clone)]
 struct App {
@@ -22,27 +23,8 @@ struct App {
     balances: Arc<Mutex<HashMap<u64, u64>>>,
 }
 
-enum AppError {
-    Lock(distlock::Error),
-}
-
-impl From<distlock::Error> for AppError {
-    fn from(e: distlock::Error) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        // 409 busy, 503 + Retry-After when Redis is unreachable (nothing ran in either),
-        // 500 when the lease was lost during the deposit (it may have been applied).
-        let AppError::Lock(e) = self;
-        e.into_response()
-    }
-}
-
 #[read_lock(key = "account:<id>", client = app.locks, wait = "2s")]
-async fn balance(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<u64>, AppError> {
+async fn balance(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<u64>, HandlerError> {
     Ok(Json(
         app.balances.lock().unwrap().get(&id).copied().unwrap_or(0),
     ))
@@ -53,7 +35,7 @@ async fn deposit(
     State(app): State<App>,
     Path(id): Path<u64>,
     Json(amount): Json<u64>,
-) -> Result<Json<u64>, AppError> {
+) -> Result<Json<u64>, HandlerError> {
     // A read-modify-write with an await in the middle, as a database round trip would be.
     let before = app.balances.lock().unwrap().get(&id).copied().unwrap_or(0);
     tokio::task::yield_now().await;

@@ -17,33 +17,24 @@ async fn main() -> Result<(), distlock::Error> {
     let election = client
         .election("example:report-scheduler")
         .ttl(Duration::from_secs(10));
-    // One Ctrl-C listener for the whole run, polled first.
-    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
-    loop {
-        println!("campaigning");
-        let leadership = tokio::select! {
-            biased;
-            _ = &mut stop => return Ok(()),
-            won = election.campaign() => won?,
-        };
-        let term = leadership.term();
+    println!("campaigning");
+    // The job runs only while this instance leads: dropped the moment the lead is lost, run
+    // again (with a new term) when this instance wins again.
+    let leading = election.lead(|term| async move {
         println!("leading, term {term}");
-        // The job runs only while this instance leads: stopped the moment the lead is lost.
-        let job = tokio::spawn(job(term));
-        tokio::select! {
-            biased;
-            _ = &mut stop => {
-                job.abort();
-                // Hands over at once, rather than after the lease (dropping it would too).
-                leadership.resign().await?;
-                println!("resigned");
-                return Ok(());
-            }
-            lost = leadership.lost() => {
-                job.abort();
-                println!("lost the lead: {lost}");
-            }
+        job(term).await
+    });
+    tokio::select! {
+        biased;
+        _ = tokio::signal::ctrl_c() => {
+            // Dropping `leading` resigns in the background; shutting the client down waits for
+            // that, so the next instance takes over at once rather than after the lease.
+            let _report = client.shutdown(Duration::from_secs(5)).await;
+            println!("resigned");
+            Ok(())
         }
+        // The job never ends by itself: only an error ends the loop (`ShutDown`, a setting).
+        ended = leading => ended,
     }
 }
 

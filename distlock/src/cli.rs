@@ -110,12 +110,63 @@ async fn execute(command: Command) -> Result<String, Error> {
     }
 }
 
-fn unix_ms(t: SystemTime) -> u128 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
+/// `t` for people: the UTC time in ISO 8601 (no time-zone database without a dependency for
+/// it) and how long ago it was by this machine's clock, e.g.
+/// `2026-11-29T07:12:03.120Z (12 s ago)`.
+fn when(t: SystemTime, now: SystemTime) -> String {
+    let age = match now.duration_since(t) {
+        Ok(ago) => format!("{} ago", span(ago.as_secs())),
+        // The holder's clock is ahead of this one.
+        Err(ahead) => format!(
+            "in {}, by this machine's clock",
+            span(ahead.duration().as_secs())
+        ),
+    };
+    format!("{} ({age})", utc(t))
+}
+
+/// `secs` in the two largest units: `12 s`, `3 min 4 s`, `2 h 5 min`, `3 d 4 h`.
+fn span(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, _) => format!("{m} min {s} s"),
+        (0, _, _) => format!("{h} h {m} min"),
+        _ => format!("{d} d {h} h"),
+    }
+}
+
+/// `t` as `YYYY-MM-DDTHH:MM:SS.mmmZ`; the civil date from the day count as in Howard
+/// Hinnant's `civil_from_days` (proleptic Gregorian calendar).
+fn utc(t: SystemTime) -> String {
+    let ms = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let secs = ms_of_day / 1000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        ms_of_day % 1000
+    )
 }
 
 /// The human-readable report of `inspect`.
 pub fn describe(info: &LockInfo) -> String {
+    describe_at(info, SystemTime::now())
+}
+
+/// [`describe`], with ages counted to `now`.
+fn describe_at(info: &LockInfo, now: SystemTime) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "lock: {}", info.name);
     match info.mode {
@@ -144,7 +195,7 @@ pub fn describe(info: &LockInfo) -> String {
             let _ = writeln!(s, "  site: {site}");
         }
         if let Some(at) = h.acquired_at {
-            let _ = writeln!(s, "  acquired at: {} (unix ms)", unix_ms(at));
+            let _ = writeln!(s, "  acquired at: {}", when(at, now));
         }
     }
     for r in &info.readers {
@@ -183,8 +234,8 @@ pub fn describe(info: &LockInfo) -> String {
     if let Some(f) = &info.last_forced_unlock {
         let _ = writeln!(
             s,
-            "last forced unlock: at {} (unix ms) by {}, reason: {} (was {} held by {})",
-            unix_ms(f.at),
+            "last forced unlock: at {} by {}, reason: {} (was {} held by {})",
+            when(f.at, now),
             f.by.replace('\t', " "),
             f.reason,
             f.mode.map_or("an unknown mode", LockMode::as_str),
@@ -192,4 +243,64 @@ pub fn describe(info: &LockInfo) -> String {
         );
     }
     s.trim_end().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Holder;
+
+    fn at(unix_ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(unix_ms)
+    }
+
+    #[test]
+    fn times_are_utc_dates_with_their_age() {
+        let now = at(1_795_936_323_120); // 2026-11-29T07:12:03.120Z
+        assert_eq!(utc(now), "2026-11-29T07:12:03.120Z");
+        assert_eq!(utc(at(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(at(951_782_400_000)), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc(at(4_107_542_399_999)), "2100-02-28T23:59:59.999Z");
+        let ago = |secs: u64| when(now - Duration::from_secs(secs), now);
+        assert_eq!(ago(12), "2026-11-29T07:11:51.120Z (12 s ago)");
+        assert!(ago(184).ends_with("(3 min 4 s ago)"), "{}", ago(184));
+        assert!(ago(7_500).ends_with("(2 h 5 min ago)"), "{}", ago(7_500));
+        assert!(ago(3 * 86_400 + 4 * 3600).ends_with("(3 d 4 h ago)"));
+        let ahead = when(now + Duration::from_secs(2), now);
+        assert!(
+            ahead.ends_with("(in 2 s, by this machine's clock)"),
+            "{ahead}"
+        );
+    }
+
+    #[test]
+    fn the_report_shows_when_the_hold_was_taken_not_unix_milliseconds() {
+        let now = at(1_795_936_323_120);
+        let info = LockInfo {
+            name: "report".into(),
+            mode: Some(LockMode::SetNx),
+            remaining: Some(Duration::from_secs(18)),
+            holder: Some(Holder {
+                owner: "token".into(),
+                acquired_at: Some(now - Duration::from_secs(12)),
+                ..Holder::default()
+            }),
+            hold_count: 1,
+            readers: Vec::new(),
+            waiting_writers: Vec::new(),
+            permits: None,
+            permit_holders: Vec::new(),
+            fencing_token: None,
+            last_fencing_token: None,
+            last_forced_unlock: None,
+        };
+        let text = describe_at(&info, now);
+        assert!(
+            text.contains("acquired at: 2026-11-29T07:11:51.120Z (12 s ago)"),
+            "{text}"
+        );
+        assert!(!text.contains("unix ms"), "{text}");
+    }
 }

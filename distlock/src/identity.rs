@@ -1,8 +1,8 @@
 //! Who is who: owner tokens, client ids, and the short description of who holds a lock.
 //!
 //! A hold is described as `<process>.<site>.<at>`: the process's tag (8 characters drawn once
-//! per process), the number of the call site in that process, and the time it was taken (unix
-//! ms), both in base 36. What the tag and the number stand for (host, pid, the locked fn or the
+//! per process), the number of the call site in that process, and the time it was granted
+//! (unix ms, the send time of the granted attempt: see `lock::attempt`), both in base 36. What the tag and the number stand for (host, pid, the locked fn or the
 //! `file:line` of the call) is written once per process and server to the process's record
 //! (see `nodes::records`), not with every hold. A setnx lock's value is its token and this
 //! description, 41 or 42 bytes: at most 44 bytes Redis keeps a string in one allocation with
@@ -45,7 +45,8 @@ fn owner_token() -> [u8; TOKEN_LEN] {
 /// as its value, so the description rides in it; release and renewal compare the whole value.
 /// Built in one buffer and shared (the guard and the watchdog both keep it): two allocations
 /// per acquisition. The description up to its time is composed once per thread and site, not
-/// per acquisition. `at`: when the acquisition started, a reading the caller already took.
+/// per acquisition. `at`: when the attempt that carries it is sent, a reading the caller
+/// already took.
 pub(crate) fn owner_token_described(site: Site, at: Instant) -> Arc<str> {
     thread_local! {
         static DESCRIBED: std::cell::RefCell<((usize, usize), String, Vec<u8>)> =

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! distlock runs on Tokio (a multi-thread or a current-thread runtime). Minimum Rust version:
-//! 1.88. Redis: 7.0 or later (see [the deployments guide](guide::deployments)).
+//! 1.88. Redis: 6.2 or later (7.0 for wake-ups on a Redis Cluster; see
+//! [the deployments guide](guide::deployments#redis-versions)), run with
+//! `maxmemory-policy noeviction`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -68,15 +70,16 @@
 //! |---|---|
 //! | `tls` | `rediss://` URLs (rustls; webpki roots, or your CA through [`ClientBuilder::tls_root_certificate`](ClientBuilder)) |
 //! | `metrics` | lock metrics through the `metrics` facade ([the names](guide::operations#metrics)) |
-//! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] |
+//! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] and a body that names nothing internal; `HandlerError`, a handler's error type that any error converts into |
 //! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
 //!
 //! # Modes
 //!
 //! * [`Client::lock`]: an exclusive lock, the classic Redis lock done right:
 //!   `SET key token NX PX ttl` with 126 random bits per acquisition (one plain command unless a
-//!   fencing token is asked for; a caller that does not wait adds `GET`, Redis 7.0 or later, to
-//!   learn who holds it); release and extension check the token atomically. The same task
+//!   fencing token is asked for; a caller that does not wait adds `GET` to learn who holds it,
+//!   on Redis 7.0 or later, and runs the acquire script instead on 6.2); release and extension
+//!   check the token atomically. The same task
 //!   asking again gets [`Error::Reentrant`] at once instead of a self-deadlock.
 //! * [`Client::reentrant`]: an exclusive lock owned by the Tokio task (see [`LockContext`]):
 //!   nested acquisitions in one task re-enter; one hash per lock with its owner and a field per
@@ -207,6 +210,8 @@ pub use config::{
 };
 pub use context::LockContext;
 pub use election::{Election, Leader, Leadership};
+#[cfg(feature = "axum")]
+pub use error::HandlerError;
 pub use error::{Error, NodeError, Op, Result};
 pub use guard::Guard;
 pub use inspect::{ForcedUnlock, Holder, LockInfo, Permit, Reader, FORCED_RECORD_KEPT};

@@ -91,6 +91,14 @@ impl Hold {
         self.release(Until::At(until), None, true).await.is_ok()
     }
 
+    /// Gives back an acquisition whose attempt may have taken the lock unseen, with one try:
+    /// true when the servers answered (the hold is gone either way).
+    pub(crate) async fn give_back_once(&self) -> bool {
+        self.release(Until::At(Instant::now()), None, false)
+            .await
+            .is_ok()
+    }
+
     /// Releases without blocking the caller: `Drop` cannot await, and blocking a runtime
     /// thread on I/O can deadlock a current-thread runtime. Transport failures are retried
     /// until `until` (the end of the lease; by default a default ttl from now). If no runtime

@@ -20,10 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use distlock::{read_lock, write_lock, Client};
+use distlock::{read_lock, write_lock, Client, HandlerError};
 use serde::{Deserialize, Serialize};
 
 /// One account as the service shows it.
@@ -104,32 +103,15 @@ pub struct App {
     pub accounts: Arc<Accounts>,
 }
 
-/// The handlers' error. A lock error answers with distlock's own HTTP mapping
-/// (`distlock::Error::http_status`): `409` when the account is busy, `503` with `Retry-After`
-/// when Redis is unreachable (in both, the deposit did not run), `500` when the lease was lost
-/// during the deposit (it may have been applied: the client must not simply repeat it).
-#[derive(Debug)]
-pub enum AppError {
-    /// The lock could not be taken or was lost.
-    Lock(distlock::Error),
-}
-
-impl From<distlock::Error> for AppError {
-    fn from(error: distlock::Error) -> Self {
-        AppError::Lock(error)
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let AppError::Lock(error) = self;
-        error.into_response()
-    }
-}
+// The handlers' error is `distlock::HandlerError`: a lock error answers with distlock's own
+// HTTP mapping (`distlock::Error::http_status`): `409` when the account is busy, `503` with
+// `Retry-After` when Redis is unreachable (in both, the deposit did not run), `500` when the
+// lease was lost during the deposit (it may have been applied: the client must not simply
+// repeat it). The bodies name no lock or server.
 
 /// `GET /accounts/{id}`: shared with other reads of the account, never with a deposit.
 #[read_lock(key = "account:<id>", client = app.locks, ttl = "10s", wait = "10s")]
-async fn show(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<Account>, AppError> {
+async fn show(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<Account>, HandlerError> {
     Ok(Json(app.accounts.read(id).await))
 }
 
@@ -139,7 +121,7 @@ async fn deposit(
     State(app): State<App>,
     Path(id): Path<u64>,
     Json(Deposit { amount }): Json<Deposit>,
-) -> Result<Json<Account>, AppError> {
+) -> Result<Json<Account>, HandlerError> {
     Ok(Json(app.accounts.deposit(id, amount).await))
 }
 

@@ -282,6 +282,7 @@ impl Algorithm {
             _ => Err(Error::Redis {
                 op: Op::Acquire,
                 name: Some(key.name().to_owned()),
+                server: None,
                 source: redis::RedisError::from((
                     ErrorKind::UnexpectedReturnType,
                     "SET .. NX PX answered in an unexpected shape",
@@ -426,6 +427,7 @@ pub(crate) fn parse_acquire(
     let malformed = || Error::Redis {
         op: Op::Acquire,
         name: Some(key.name().to_owned()),
+        server: None,
         source: redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
             "acquire script answered in an unexpected shape",

@@ -11,6 +11,7 @@
 //! inspection's script behind a mark that makes the holder's release publish (`mark.lua`); a
 //! new leader says so on the same channel ([`leadership`]).
 
+mod lead;
 mod leadership;
 mod observe;
 
@@ -32,9 +33,10 @@ pub use observe::Leader;
 
 impl Client {
     /// A leader election among the processes that campaign under `name`:
-    /// [`campaign`](Election::campaign) waits until this process leads and returns its
-    /// [`Leadership`] (its term, its loss, its resignation); [`observe`](Election::observe)
-    /// follows who leads.
+    /// [`lead`](Election::lead) runs a job whenever this process leads, until it is done or the
+    /// client shuts down; [`campaign`](Election::campaign) waits until this process leads and
+    /// returns its [`Leadership`] (its term, its loss, its resignation), for a loop of your
+    /// own; [`observe`](Election::observe) follows who leads.
     ///
     /// Leadership is the exclusive lock `name` ([`Client::lock`]), held with a fencing token,
     /// which is the term, and renewed by the watchdog; one name is one election (do not lock
@@ -49,7 +51,8 @@ impl Client {
     ///
     /// let election = client.election("billing-scheduler").ttl(Duration::from_secs(10));
     /// loop {
-    ///     let leadership = election.campaign().await?; // waits until this process leads
+    ///     // Waits until this process leads; `ShutDown` once the client is shut down.
+    ///     let leadership = election.campaign().await?;
     ///     tokio::select! {
     ///         lost = leadership.lost() => eprintln!("no longer leading: {lost}"),
     ///         () = run_the_scheduler(leadership.term()) => {
@@ -58,6 +61,8 @@ impl Client {
     ///         }
     ///     }
     /// }
+    /// // The same loop in one call:
+    /// // election.lead(|term| run_the_scheduler(term)).await
     /// # }
     /// ```
     #[track_caller]
@@ -164,9 +169,13 @@ impl Election {
     /// is given back in the background.
     ///
     /// Fails with [`Error::Timeout`] once the [`wait`](Self::wait) ran out, with
-    /// [`Error::Reentrant`] when the calling task already leads this election, and with the
-    /// error of a setting or name that cannot work; an outage of Redis is waited through
-    /// (up to the wait).
+    /// [`Error::ShutDown`] once the client is [shut down](crate::Client::shutdown) (also a
+    /// campaign waiting then: it ends at once), with [`Error::Reentrant`] when the calling task
+    /// already leads this election, and with the error of a setting or name that cannot work;
+    /// an outage of Redis is waited through (up to the wait). Only the timeout (and
+    /// [`Error::Busy`] with a wait of zero) is [retryable](Error::is_retryable): a loop that campaigns again after a retryable error
+    /// and stops on any other ends when the service shuts down. [`lead`](Self::lead) is that
+    /// loop, with the job run while leading.
     pub async fn campaign(&self) -> Result<Leadership, Error> {
         let key = self.shared.key(&self.name)?;
         let guard = self.request().acquire().await?;

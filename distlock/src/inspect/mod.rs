@@ -52,7 +52,11 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// Where it was taken: the locked fn (attributes) or the `file:line` of the call.
     pub site: Option<String>,
-    /// When it was taken, by the holder's clock.
+    /// When it was granted, by the holder's clock: the send time of the attempt the server
+    /// granted (on one node, Sentinel or a Cluster; a quorum's lock and a set of names keep
+    /// the time their acquisition began), not when a wait or an outage began. A hold handed
+    /// from task to task in its process keeps the time of its first holder. For people: it
+    /// is no lock state (leases run on the server's clock).
     pub acquired_at: Option<SystemTime>,
 }
 
@@ -267,6 +271,7 @@ impl Client {
                     .map_err(|e| Error::Redis {
                         op: Op::Inspect,
                         name: None,
+                        server: None,
                         source: e,
                     })?;
                 let mut pipe = redis::pipe();
@@ -286,6 +291,7 @@ impl Client {
                         .map_err(|e| Error::Redis {
                             op: Op::Inspect,
                             name: None,
+                            server: None,
                             source: e,
                         })?
                 };

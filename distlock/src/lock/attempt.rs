@@ -22,6 +22,8 @@ use crate::release::Hold;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, Outcome};
 use crate::wait::Waiter;
+
+use super::pending::Pending;
 use crate::watchdog::Watch;
 
 /// What a [`LockRequest`](crate::LockRequest) asks for, as the acquire loop takes it.
@@ -69,6 +71,11 @@ struct Plan<'c> {
     owner: (Arc<str>, Arc<str>),
     /// Set when a hold may pass from task to task of this process (see `handoff`).
     terms: Option<Terms>,
+    /// An attempt after the first may carry a description of its own (see
+    /// [`Plan::describe_anew`]): one name on one deployment, where an attempt's answer says
+    /// all it took. Not on a quorum nor for a set: a busy answer there may leave a node or a
+    /// slot group held under the id unseen, which only the same id finds its own.
+    redescribed: bool,
     labels: Arc<Labels>,
 }
 
@@ -158,6 +165,7 @@ impl Plan<'_> {
             }
             _ => None,
         };
+        let redescribed = !quorum && !key.is_set();
         Ok(Plan {
             shared,
             algorithm,
@@ -177,6 +185,7 @@ impl Plan<'_> {
             site_number: identity::site_number(site),
             owner,
             terms,
+            redescribed,
             labels,
         })
     }
@@ -199,6 +208,19 @@ impl Plan<'_> {
                 holder: self.owner.1.clone(),
                 lane,
             },
+        }
+    }
+
+    /// Makes the hold's description say `at`, the send time of the attempt about to go out,
+    /// so that "acquired at" (inspection, the CLI) is when the lock was granted, not when a
+    /// wait or an outage began. A context's hold keeps its owner and nonce (its identity; a
+    /// retry finds its own hold by them) and gets a new description. A token is its own
+    /// description: a new one is minted, which the caller does only while no earlier attempt
+    /// may hold the lock under the old one.
+    fn describe_anew(&self, id: &mut HoldId, at: Instant) {
+        match self.algorithm.owner {
+            OwnerKind::Token => id.owner = identity::owner_token_described(self.site, at),
+            OwnerKind::Context => id.holder = Arc::from(identity::describe(self.site)),
         }
     }
 
@@ -368,6 +390,8 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     let mut attempts = 0u32;
     // Set once a request may have reached the server without its answer reaching us.
     let mut unsure = false;
+    // The last attempt found the server refusing connections: it is down, for now.
+    let mut refused = false;
     // Armed while an attempt may have taken the lock unseen: if this future is dropped then
     // (a timeout around `acquire`, a handler whose client went away), the hold is given back
     // in the background instead of blocking the lock for its whole ttl.
@@ -380,7 +404,27 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     loop {
         attempts += 1;
         waiter.attempting();
+        // Through an outage (connections refused), the token an earlier, unanswered attempt
+        // may have taken the lock with is given back (one try, awaited) before a new one is
+        // minted, so that the hold, once the server is back, is described as granted then;
+        // the old token holds nothing the new one could wait for. Without an outage (a lost
+        // reply), the retry keeps it and finds its own hold, whose time is the unseen grant's.
+        if unsure
+            && refused
+            && plan.redescribed
+            && plan.algorithm.owner == OwnerKind::Token
+            && Box::pin(pending.hold.give_back_once()).await
+        {
+            (unsure, pending.armed) = (false, false);
+        }
         let sent = unsent.take().unwrap_or_else(Stamp::now);
+        // Not the first attempt, sent at the start: describe the hold as granted now.
+        if sent.at != started
+            && plan.redescribed
+            && (plan.algorithm.owner == OwnerKind::Context || !unsure)
+        {
+            plan.describe_anew(&mut pending.hold.id, sent.at);
+        }
         let ask = Ask {
             unsure,
             want_holder_ttl: !waiter.knows_holder(),
@@ -422,7 +466,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             }
             // The scripts check for this acquisition's own hold, so busy means not ours.
             Ok(Attempt::Busy { holder_ttl, member }) => {
-                pending.armed = false;
+                (pending.armed, refused) = (false, false);
                 pending.intent |= waits && plan.algorithm.intents;
                 // A set waits for the release of the name found busy.
                 if let Some(name) = plan.key.members().get(member) {
@@ -434,6 +478,8 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             // The connection failed, or too few quorum nodes answered: maybe only for now.
             Err(e) if e.is_transient() && !matches!(e, Error::ReplicasNotConfirmed { .. }) => {
                 unsure = true;
+                refused =
+                    matches!(&e, Error::Redis { source, .. } if source.is_connection_refusal());
                 (Some(e), None)
             }
             // Taken, but too few replicas confirmed it: a failover could lose it. Give it back
@@ -523,38 +569,6 @@ impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
         this.labels
             .acquired(span, outcome, waited, attempts, fence, error);
         std::task::Poll::Ready(result.map(|(guard, _)| guard))
-    }
-}
-
-/// An acquisition that may hold the lock without knowing it (see `LockRequest::acquire`), or
-/// that left an intent on the server.
-struct Pending {
-    hold: Hold,
-    ttl: Duration,
-    armed: bool,
-    /// A busy answer registered this waiter's intent (see `Algorithm::intents`): if the
-    /// acquisition ends without the lock (its wait ran out, an error, the future dropped), its
-    /// release withdraws the intent, so the newcomers it kept out need not sleep until it
-    /// lapses.
-    intent: bool,
-}
-
-impl Pending {
-    /// Releases the acquisition in the background, with the same id: idempotent, and it frees
-    /// nothing but this acquisition's own hold (or withdraws its intent).
-    fn give_back(&mut self) {
-        (self.armed, self.intent) = (false, false);
-        // Whatever an attempt took expires within a ttl of now: no use retrying past that.
-        let until = Instant::now() + self.ttl;
-        self.hold.clone().release_in_background(Some(until));
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.armed || self.intent {
-            self.give_back();
-        }
     }
 }
 

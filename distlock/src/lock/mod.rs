@@ -2,6 +2,7 @@
 //! every mode goes through (`attempt`).
 
 mod attempt;
+mod pending;
 mod request;
 
 pub use request::LockRequest;

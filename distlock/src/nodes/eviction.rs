@@ -69,7 +69,7 @@ impl EvictionCheck {
                     self.addr
                 ));
             }
-            Error::redis(Op::Connect, &self.addr, e)
+            Error::server(Op::Connect, &self.addr, e)
         })?;
         if policies.is_empty() {
             // Not Redis's INFO (a proxy or another server speaking its protocol): nothing to

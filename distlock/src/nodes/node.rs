@@ -358,9 +358,5 @@ fn open_client(
 }
 
 fn connect_error(addr: &str, source: redis::RedisError) -> Error {
-    Error::Redis {
-        op: Op::Connect,
-        name: Some(addr.to_owned()),
-        source,
-    }
+    Error::server(Op::Connect, addr, source)
 }

@@ -156,6 +156,36 @@ async fn no_server_listening_fails_within_the_connect_timeout() {
     connect_fails_fast(&format!("redis://{}", silent.local_addr().expect("addr"))).await;
 }
 
+/// A server that cannot be reached concerns no lock: `name()` is the lock's name, not the
+/// server's address; the address stays in the message for the service's logs, and out of the
+/// HTTP answer the error makes.
+#[tokio::test]
+async fn an_unreachable_server_is_named_in_the_log_not_as_a_lock_nor_to_http_callers() {
+    use axum::response::IntoResponse;
+    let refused = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let err = Client::builder(&format!("redis://{refused}"))
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.name(), None, "{err}");
+    let port = refused.port().to_string();
+    assert!(err.to_string().contains(&port), "{err}");
+    let response = err.into_response();
+    assert_eq!(response.status(), 503);
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .expect("body");
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        !body.contains(&port) && !body.contains("127.0.0.1") && !body.contains("redis"),
+        "{body}"
+    );
+}
+
 /// Connecting to `url` fails with a retryable connect error, within the 300 ms connect
 /// timeout plus generous slack: the point is that it does not hang.
 async fn connect_fails_fast(url: &str) {

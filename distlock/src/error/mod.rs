@@ -6,6 +6,11 @@ use std::time::Duration;
 use crate::majority::Majority;
 use crate::mode::LockMode;
 
+#[cfg(feature = "axum")]
+mod http;
+#[cfg(feature = "axum")]
+pub use http::HandlerError;
+
 /// What the library was doing when Redis failed; carried by [`Error::Redis`] so a log line
 /// says whether a lock may still be held (a failed release) or was never taken (a failed acquire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +75,8 @@ pub struct NodeError {
 ///
 /// [`is_retryable`](Error::is_retryable) is contended or transient: retrying the same call
 /// is safe and may succeed. [`http_status`](Error::http_status) maps the groups to HTTP, and
-/// with the `axum` feature `Error` is an `IntoResponse` using that mapping.
+/// with the `axum` feature `Error` is an `IntoResponse` using that mapping (its body says what
+/// the status means, nothing internal) and `HandlerError` a ready error type for handlers.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -82,13 +88,15 @@ pub enum Error {
     },
 
     /// The lock stayed busy for the whole wait.
-    #[error("lock `{name}` still busy after waiting {waited:?} ({attempts} attempts)")]
+    #[error("lock `{name}` still busy after waiting {waited:?}{}", fmt_attempts(*.attempts))]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long the caller waited.
         waited: Duration,
-        /// How many acquire attempts were sent.
+        /// How many acquire attempts it sent. Zero when it waited its whole wait in line
+        /// behind the tasks of this process that wait for the same lock: they go first (one
+        /// attempt serves them all, and a release passes the lock among them).
         attempts: u32,
     },
 
@@ -243,12 +251,16 @@ pub enum Error {
     NoClient,
 
     /// Redis failed or could not be reached.
-    #[error("redis error during {op}{}: {source}", fmt_name(.name))]
+    #[error("redis error during {op}{}{}: {source}", fmt_name(.name), fmt_server(.server))]
     Redis {
         /// What was being done.
         op: Op,
         /// The lock's name, when the failure concerns one lock.
         name: Option<String>,
+        /// The server's address (any password removed), when the failure concerns one server
+        /// rather than one lock (connecting to it, checking it). For the service's logs: the
+        /// HTTP answer an error makes never shows it.
+        server: Option<String>,
         /// The underlying error.
         #[source]
         source: redis::RedisError,
@@ -258,6 +270,22 @@ pub enum Error {
 fn fmt_name(name: &Option<String>) -> String {
     name.as_ref()
         .map(|n| format!(" of `{n}`"))
+        .unwrap_or_default()
+}
+
+fn fmt_attempts(attempts: u32) -> String {
+    match attempts {
+        0 => " in line behind this process's other waiters for it (no attempt of its own sent)"
+            .to_owned(),
+        1 => " (1 attempt)".to_owned(),
+        n => format!(" ({n} attempts)"),
+    }
+}
+
+fn fmt_server(server: &Option<String>) -> String {
+    server
+        .as_ref()
+        .map(|s| format!(" at {s}"))
         .unwrap_or_default()
 }
 
@@ -340,7 +368,7 @@ impl Error {
     /// unknown, and a client must not repeat a non-idempotent request because of it.
     ///
     /// With the `axum` feature, `Error` implements `IntoResponse` with this status (and
-    /// `Retry-After: 1` on 503).
+    /// `Retry-After: 1` on 503) and a body that names no lock, key or server.
     pub fn http_status(&self) -> u16 {
         if self.is_contended() {
             409
@@ -353,7 +381,8 @@ impl Error {
         }
     }
 
-    /// The lock's name this error concerns, if any.
+    /// The lock's name this error concerns, if any: `None` for a failure that concerns no one
+    /// lock (connecting to a server, a setting, no client).
     pub fn name(&self) -> Option<&str> {
         match self {
             Error::Busy { name }
@@ -378,6 +407,17 @@ impl Error {
         Error::Redis {
             op,
             name: Some(key.to_owned()),
+            server: None,
+            source,
+        }
+    }
+
+    /// A failure to reach or check the server at `addr` (already without its password).
+    pub(crate) fn server(op: Op, addr: &str, source: redis::RedisError) -> Self {
+        Error::Redis {
+            op,
+            name: None,
+            server: Some(addr.to_owned()),
             source,
         }
     }
@@ -414,33 +454,18 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The response for a handler that fails with a lock error: the status of
-/// [`Error::http_status`], `Retry-After: 1` on 503, and the error's message as plain text.
-#[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-impl axum_core::response::IntoResponse for Error {
-    fn into_response(self) -> axum_core::response::Response {
-        let status = http::StatusCode::from_u16(self.http_status())
-            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, self.to_string()).into_response();
-        if status == http::StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            );
-        }
-        response
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn transport() -> Error {
+        transport_of("k")
+    }
+
+    fn transport_of(name: &str) -> Error {
         Error::redis(
             Op::Acquire,
-            "k",
+            name,
             std::io::Error::from(std::io::ErrorKind::ConnectionReset).into(),
         )
     }
@@ -450,6 +475,31 @@ mod tests {
             name: "k".into(),
             held_for: Duration::from_secs(1),
         }
+    }
+
+    /// A waiter that queued behind this process's other waiters and never sent an attempt of
+    /// its own (the lock passed among them, by hand-off or their own attempts) says so, not
+    /// "(0 attempts)".
+    #[test]
+    fn a_timeout_says_how_it_waited() {
+        let timeout = |attempts| Error::Timeout {
+            name: "k".into(),
+            waited: Duration::from_secs(2),
+            attempts,
+        };
+        assert_eq!(
+            timeout(0).to_string(),
+            "lock `k` still busy after waiting 2s in line behind this process's other waiters \
+             for it (no attempt of its own sent)"
+        );
+        assert_eq!(
+            timeout(1).to_string(),
+            "lock `k` still busy after waiting 2s (1 attempt)"
+        );
+        assert_eq!(
+            timeout(3).to_string(),
+            "lock `k` still busy after waiting 2s (3 attempts)"
+        );
     }
 
     #[test]
@@ -532,20 +582,5 @@ mod tests {
             assert_eq!(e.is_retryable(), retryable, "{e}");
             assert_eq!(e.http_status(), status, "{e}");
         }
-    }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn axum_responses_carry_the_status_and_retry_after_only_when_retrying_helps() {
-        use axum_core::response::IntoResponse;
-        let busy = Error::Busy { name: "k".into() }.into_response();
-        assert_eq!(busy.status(), 409);
-        assert!(busy.headers().get("retry-after").is_none());
-        let down = transport().into_response();
-        assert_eq!(down.status(), 503);
-        assert_eq!(down.headers()["retry-after"], "1");
-        let lost = lost().into_response();
-        assert_eq!(lost.status(), 500);
-        assert!(lost.headers().get("retry-after").is_none());
     }
 }
