@@ -291,6 +291,7 @@ fn failed(source: redis::RedisError) -> Error {
     Error::Redis {
         op: Op::FencedWrite,
         name: None,
+        server: None,
         source,
     }
 }
