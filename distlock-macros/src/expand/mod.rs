@@ -13,7 +13,7 @@
 //!     ::distlock::__private::run(__distlock_client, __distlock_key, <Spec>, <on_busy>,
 //!                                __distlock_returns, async move {
 //!         if false { return ::distlock::__private::anchor::<Ret>(); }
-//!         <the original block>
+//!         <the original block's statements>
 //!     }).await
 //! }
 //! ```
@@ -25,6 +25,11 @@
 //! * The never-taken `return` fixes the block's output type to `Ret` before the body is
 //!   type-checked, so `?` and `return` in the body infer exactly as in the fn itself, and
 //!   since they leave only the inner block, the lock is still released after them.
+//! * The body's statements are spliced into that block without the body's own braces: as the
+//!   block's tail, `{ Ok(1) }` would set off `unused_braces` on the user's braces, with a
+//!   suggestion to delete them from the fn. Without them the body's locals still drop where
+//!   they did, at the end of the block, before the release. A body's inner attributes
+//!   (`#![allow(..)]`) go inside the fn's braces, where they were written.
 //! * Generated locals are `__distlock_`-prefixed with `Span::mixed_site()`, so user code can
 //!   neither see nor shadow them; every path starts with `::distlock::__private`.
 //! * Type checks (`Result` return type, error conversion, `Display` placeholders, `client`
@@ -38,7 +43,8 @@ use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{
-    GenericArgument, Index, LitStr, Member, PathArguments, ReturnType, Token, Type, TypeInfer,
+    AttrStyle, GenericArgument, Index, LitStr, Member, PathArguments, ReturnType, Token, Type,
+    TypeInfer,
 };
 
 use crate::model::{
@@ -66,10 +72,24 @@ pub fn expand(model: LockModel) -> TokenStream {
     let on_busy = on_busy(&model.on_busy, &model.on_error);
     let anchor = anchor(&ret);
     let item = &model.item;
-    let (attrs, vis, sig, block) = (&item.attrs, &item.vis, &item.sig, &item.block);
+    let (vis, sig) = (&item.vis, &item.sig);
+    // syn keeps a body's inner attributes (`#![allow(..)]`) with the fn's own; they go back
+    // inside the fn's braces, where they were written.
+    let outer = item
+        .attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Outer));
+    let inner = item
+        .attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
+    // The block's statements, not the block: `{ Ok(1) }` as the tail of the `async move`
+    // block would warn "unnecessary braces" on the user's own braces.
+    let body = &item.block.stmts;
     quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
+            #(#inner)*
             let #returns = #returns_expr;
             let #key = #key_expr;
             let #client = #client_expr;
@@ -81,7 +101,7 @@ pub fn expand(model: LockModel) -> TokenStream {
                 #returns,
                 async move {
                     #anchor
-                    #block
+                    #(#body)*
                 },
             )
             .await

@@ -256,11 +256,36 @@ fn signature_and_attributes_are_kept() {
     contains(&out, "Placeholder (& self . id)");
     contains(
         &out,
-        "async move { if false { return :: distlock :: __private :: anchor :: < Result < & 'a T , E > > () ; } { Ok (& self . t) } }",
+        "async move { if false { return :: distlock :: __private :: anchor :: < Result < & 'a T , E > > () ; } Ok (& self . t) }",
     );
     contains(
         &out,
         ":: distlock :: __private :: run (__distlock_client , __distlock_key ,",
     );
     assert!(out.ends_with(") . await }"), "{out}");
+}
+
+#[test]
+fn the_body_is_spliced_without_its_braces_and_inner_attributes_stay_inside() {
+    let out = expanded(
+        AttrKind::Distributed,
+        quote!(key = "k"),
+        quote!(
+            #[inline]
+            async fn one_line() -> Result<u32, E> {
+                #![allow(unused_variables)]
+                Ok(1)
+            }
+        ),
+    );
+    assert!(
+        out.starts_with(
+            "# [inline] async fn one_line () -> Result < u32 , E > { # ! [allow (unused_variables)] let __distlock_returns"
+        ),
+        "{out}"
+    );
+    contains(
+        &out,
+        "async move { if false { return :: distlock :: __private :: anchor :: < Result < u32 , E > > () ; } Ok (1) }",
+    );
 }
