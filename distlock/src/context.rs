@@ -112,13 +112,18 @@ impl LockContext {
 
     /// Runs one locked call as a fresh owner that also re-enters the holds around it (see
     /// [Locked calls](Self#locked-calls)).
-    pub(crate) async fn call<F: Future>(future: F) -> F::Output {
+    ///
+    /// The holds around it are those of the scope this is called in, so it is called where
+    /// its future is then awaited, as the locked fns' `run(..).await` does. Not an `async fn`:
+    /// that would hold `future` twice in its own state and move it through its poll frame,
+    /// which stays on the stack while the call's body runs, once per level of nesting.
+    pub(crate) fn call<F: Future>(future: F) -> impl Future<Output = F::Output> {
         let frame = Arc::new(Frame {
             context: LockContext::new(),
             parent: SCOPE.try_with(Arc::clone).ok(),
             alone: false,
         });
-        SCOPE.scope(frame, future).await
+        SCOPE.scope(frame, future)
     }
 
     /// Calls `found` with the current context, then each enclosing one, innermost first, and

@@ -18,7 +18,7 @@ mod diag;
 #[path = "../../distlock-macros/src/duration.rs"]
 mod duration;
 #[allow(dead_code)]
-#[path = "../../distlock-macros/src/expand.rs"]
+#[path = "../../distlock-macros/src/expand/mod.rs"]
 mod expand;
 #[allow(dead_code)]
 #[path = "../../distlock-macros/src/model.rs"]

@@ -19,7 +19,7 @@ mod names;
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -168,9 +168,38 @@ where
 ///   is not reported: the body ran under the lock, and the lease runs out within its ttl.
 /// * Each call is an owner of its own ([`LockContext`] scope): two calls joined in one task
 ///   exclude each other, and a locked call made inside this body re-enters this call's holds.
-pub async fn run<R, E, F, K: LockNames>(
+///
+/// Not an `async fn`. Called where its future is awaited (the generated `run(..).await`), it
+/// makes the call's context from the scope around it and returns the whole call, body
+/// included, in one allocation: the locked fn's future holds a pointer (and its parameters
+/// until its first poll) however much the acquisition and the body weigh. The body is pinned
+/// inside that allocation and the layers below hold a pointer to it; the acquisition's state
+/// is boxed apart (`acquire`). So the poll frames that stay on the stack while the body runs
+/// are small: about 18 kB a level of nesting in a debug build. As an `async fn` that held the
+/// body by value in each layer, an empty locked fn's future was 6.8 kB, one awaiting another
+/// 51 kB, and three levels overflowed a debug build's 2 MiB worker stack (issue 37;
+/// `tests/tests/suite/macros/footprint.rs`).
+pub fn run<R, E, F, K: LockNames>(
     client: Result<Cow<'static, Client>, Error>,
     key: K,
+    spec: Spec,
+    on_busy: OnBusy<R>,
+    returns: Returns<R, E>,
+    body: F,
+) -> Pin<Box<impl Future<Output = R>>>
+where
+    F: Future<Output = R>,
+{
+    let names = key.into_names();
+    Box::pin(LockContext::call(locked(
+        client, names, spec, on_busy, returns, body,
+    )))
+}
+
+/// [`run`] inside the call's own context.
+async fn locked<R, E, F>(
+    client: Result<Cow<'static, Client>, Error>,
+    key: Names,
     spec: Spec,
     on_busy: OnBusy<R>,
     returns: Returns<R, E>,
@@ -183,22 +212,8 @@ where
         Ok(client) => client,
         Err(error) => return returns.error(error),
     };
-    let names = key.into_names();
-    LockContext::call(locked(client, names, spec, on_busy, returns, body)).await
-}
-
-/// [`run`] once the client is known, inside the call's own context.
-async fn locked<R, E, F>(
-    client: Cow<'static, Client>,
-    key: Names,
-    spec: Spec,
-    on_busy: OnBusy<R>,
-    returns: Returns<R, E>,
-    body: F,
-) -> R
-where
-    F: Future<Output = R>,
-{
+    // Pinned in this allocation: what polls it below holds a pointer to it.
+    let body = pin!(body);
     let guard = match acquire(&client, &key, &spec).await {
         Ok(guard) => guard,
         Err(error) => {
@@ -245,8 +260,20 @@ where
     }
 }
 
+/// [`acquisition`], boxed: its state (the request and the acquire loop's, kilobytes in a
+/// debug build) is made here, in a frame of its own, and held by pointer, not built and moved
+/// in the poll frames of [`locked`] and the layers above it, which stay on the stack for as
+/// long as the body runs, once per level of nesting.
+fn acquire<'a>(
+    client: &'a Client,
+    names: &'a Names,
+    spec: &'a Spec,
+) -> Pin<Box<dyn Future<Output = Result<Guard, Error>> + Send + 'a>> {
+    Box::pin(acquisition(client, names, spec))
+}
+
 /// Takes the lock `spec` describes. Not generic, so every locked fn shares this code.
-async fn acquire(client: &Client, names: &Names, spec: &Spec) -> Result<Guard, Error> {
+async fn acquisition(client: &Client, names: &Names, spec: &Spec) -> Result<Guard, Error> {
     if spec.kind == Kind::Redlock && !client.is_quorum() {
         return Err(Error::config(REDLOCK_NEEDS_QUORUM));
     }
@@ -301,9 +328,12 @@ enum Held<R> {
 /// the body is never polled once the loss is known. The guard's `lost()` future, which needs a
 /// timer, is only polled when the body is about to wait: a body that finishes in its first
 /// poll costs no timer.
-async fn hold<R, F: Future<Output = R>>(guard: &Guard, on_lost: OnLost, body: F) -> Held<R> {
+async fn hold<R, F: Future<Output = R>>(
+    guard: &Guard,
+    on_lost: OnLost,
+    mut body: Pin<&mut F>,
+) -> Held<R> {
     let fence = guard.fencing_token();
-    let mut body = pin!(body);
     let mut lost = pin!(guard.lost());
     let mut loss: Option<Error> = None;
     let mut signal: Option<Arc<Signal>> = None;

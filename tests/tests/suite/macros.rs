@@ -14,6 +14,7 @@ mod body;
 mod busy;
 mod client_lookup;
 mod exclusion;
+mod footprint;
 mod lease_lost;
 mod nesting;
 mod read_write;

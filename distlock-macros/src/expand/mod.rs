@@ -13,7 +13,7 @@
 //!     ::distlock::__private::run(__distlock_client, __distlock_key, <Spec>, <on_busy>,
 //!                                __distlock_returns, async move {
 //!         if false { return ::distlock::__private::anchor::<Ret>(); }
-//!         <the original block>
+//!         <the original block's statements>
 //!     }).await
 //! }
 //! ```
@@ -25,6 +25,11 @@
 //! * The never-taken `return` fixes the block's output type to `Ret` before the body is
 //!   type-checked, so `?` and `return` in the body infer exactly as in the fn itself, and
 //!   since they leave only the inner block, the lock is still released after them.
+//! * The body's statements are spliced into that block without the body's own braces: as the
+//!   block's tail, `{ Ok(1) }` would set off `unused_braces` on the user's braces, with a
+//!   suggestion to delete them from the fn. Without them the body's locals still drop where
+//!   they did, at the end of the block, before the release. A body's inner attributes
+//!   (`#![allow(..)]`) go inside the fn's braces, where they were written.
 //! * Generated locals are `__distlock_`-prefixed with `Span::mixed_site()`, so user code can
 //!   neither see nor shadow them; every path starts with `::distlock::__private`.
 //! * Type checks (`Result` return type, error conversion, `Display` placeholders, `client`
@@ -38,7 +43,8 @@ use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{
-    GenericArgument, Index, LitStr, Member, PathArguments, ReturnType, Token, Type, TypeInfer,
+    AttrStyle, GenericArgument, Index, LitStr, Member, PathArguments, ReturnType, Token, Type,
+    TypeInfer,
 };
 
 use crate::model::{
@@ -66,10 +72,24 @@ pub fn expand(model: LockModel) -> TokenStream {
     let on_busy = on_busy(&model.on_busy, &model.on_error);
     let anchor = anchor(&ret);
     let item = &model.item;
-    let (attrs, vis, sig, block) = (&item.attrs, &item.vis, &item.sig, &item.block);
+    let (vis, sig) = (&item.vis, &item.sig);
+    // syn keeps a body's inner attributes (`#![allow(..)]`) with the fn's own; they go back
+    // inside the fn's braces, where they were written.
+    let outer = item
+        .attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Outer));
+    let inner = item
+        .attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
+    // The block's statements, not the block: `{ Ok(1) }` as the tail of the `async move`
+    // block would warn "unnecessary braces" on the user's own braces.
+    let body = &item.block.stmts;
     quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
+            #(#inner)*
             let #returns = #returns_expr;
             let #key = #key_expr;
             let #client = #client_expr;
@@ -81,7 +101,7 @@ pub fn expand(model: LockModel) -> TokenStream {
                 #returns,
                 async move {
                     #anchor
-                    #block
+                    #(#body)*
                 },
             )
             .await
@@ -362,269 +382,4 @@ fn on_busy(on_busy: &Spanned<OnBusy>, on_error: &Spanned<OnError>) -> TokenStrea
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::AttrKind;
-    use crate::validate::analyze;
-
-    fn expanded(attr: AttrKind, args: TokenStream, item: TokenStream) -> String {
-        let model = analyze(attr, args, item).unwrap_or_else(|e| panic!("{e}"));
-        expand(model).to_string()
-    }
-
-    fn contains(out: &str, expected: &str) {
-        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
-    }
-
-    #[test]
-    fn builds_the_key_from_literal_text_and_placeholders() {
-        let out = expanded(
-            AttrKind::Distributed,
-            quote!(key = "{order}:<id>:<user.name>"),
-            quote!(
-                async fn pay(id: u64, user: User) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
-        contains(&out, "use :: distlock :: __private :: Part as _ ;");
-        contains(
-            &out,
-            "let __distlock_part0 = :: distlock :: __private :: Placeholder (& id) . part () ;",
-        );
-        contains(
-            &out,
-            "let __distlock_part1 = :: distlock :: __private :: Placeholder (& user . name) . part () ;",
-        );
-        contains(
-            &out,
-            r#"format_args ! ("{{order}}:{}:{}" , __distlock_part0 , __distlock_part1)"#,
-        );
-    }
-
-    #[test]
-    fn a_key_list_is_an_array_of_names_labelled_by_its_templates() {
-        let out = expanded(
-            AttrKind::Distributed,
-            quote!(key = ["account:<from>", "account:<to>"]),
-            quote!(
-                async fn transfer(from: u64, to: u64) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
-        contains(&out, "let __distlock_key = [{");
-        contains(
-            &out,
-            r#"format_args ! ("account:{}" , __distlock_part0)) } , {"#,
-        );
-        contains(&out, "Placeholder (& to) . part ()");
-        contains(&out, r#"template : "[account:<from>, account:<to>]""#);
-        contains(&out, "Kind :: SetNx");
-    }
-
-    #[test]
-    fn fixed_keys_skip_the_placeholder_machinery() {
-        let out = expanded(
-            AttrKind::Write,
-            quote!(key = "nightly-report"),
-            quote!(
-                async fn report() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
-        contains(
-            &out,
-            r#"let __distlock_key = :: distlock :: __private :: key (:: distlock :: __private :: format_args ! ("nightly-report")) ;"#,
-        );
-        assert!(!out.contains("Part as _"), "{out}");
-        contains(&out, "Kind :: Write");
-    }
-
-    #[test]
-    fn spec_carries_every_setting() {
-        let out = expanded(
-            AttrKind::Distributed,
-            quote!(
-                key = "k",
-                ttl = "1m30s",
-                wait = "0s",
-                mode = "reentrant",
-                watchdog = false,
-                max_hold = "250ms",
-                on_lost = "continue"
-            ),
-            quote!(
-                async fn f() -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
-        for expected in [
-            "kind : :: distlock :: __private :: Kind :: Reentrant",
-            "ttl : :: distlock :: __private :: duration (90u64 , 0u32)",
-            "wait : :: distlock :: __private :: duration (0u64 , 0u32)",
-            "renew_every : :: distlock :: __private :: Option :: None",
-            "max_hold : :: distlock :: __private :: Option :: Some (:: distlock :: __private :: duration (0u64 , 250000000u32))",
-            "on_lost : :: distlock :: __private :: OnLost :: Continue",
-        ] {
-            contains(&out, expected);
-        }
-    }
-
-    #[test]
-    fn a_semaphore_carries_its_permits_and_uses_the_process_client() {
-        let out = expanded(
-            AttrKind::Semaphore,
-            quote!(
-                key = "export:<tenant>",
-                permits = 4,
-                ttl = "30s",
-                wait = "10s"
-            ),
-            quote!(
-                async fn export(tenant: String) -> Result<(), E> {
-                    Ok(())
-                }
-            ),
-        );
-        contains(
-            &out,
-            "kind : :: distlock :: __private :: Kind :: Semaphore (4u32)",
-        );
-        contains(
-            &out,
-            "let __distlock_client = :: distlock :: __private :: default_client () ;",
-        );
-        contains(
-            &out,
-            "wait : :: distlock :: __private :: duration (10u64 , 0u32)",
-        );
-    }
-
-    #[test]
-    fn defaults_use_the_process_client_and_from() {
-        let out = expanded(
-            AttrKind::Read,
-            quote!(key = "doc:<id>"),
-            quote!(
-                pub(crate) async fn show(id: u64) -> AppResult<Doc> {
-                    todo!()
-                }
-            ),
-        );
-        contains(
-            &out,
-            "let __distlock_returns = :: distlock :: __private :: returns :: < AppResult < Doc > > () ;",
-        );
-        contains(
-            &out,
-            "let __distlock_client = :: distlock :: __private :: default_client () ;",
-        );
-        contains(&out, "__private :: busy_error ()");
-        contains(
-            &out,
-            "renew_every : :: distlock :: __private :: Option :: Some (:: distlock :: __private :: duration (10u64 , 0u32))",
-        );
-        contains(
-            &out,
-            "wait : :: distlock :: __private :: duration (5u64 , 0u32)",
-        );
-        contains(
-            &out,
-            "ttl : :: distlock :: __private :: duration (30u64 , 0u32)",
-        );
-        contains(&out, "kind : :: distlock :: __private :: Kind :: Read");
-        contains(
-            &out,
-            "on_lost : :: distlock :: __private :: OnLost :: Cancel",
-        );
-        assert!(out.starts_with("pub (crate) async fn show"), "{out}");
-    }
-
-    #[test]
-    fn explicit_client_map_err_and_skip() {
-        let out = expanded(
-            AttrKind::Distributed,
-            quote!(
-                key = "job",
-                client = state.locks,
-                map_err = AppError::lock,
-                on_busy = "skip",
-                mode = "redlock"
-            ),
-            quote!(
-                async fn job(state: App) -> Result<Option<u8>, AppError> {
-                    Ok(None)
-                }
-            ),
-        );
-        contains(&out, "__private :: client (& state . locks)");
-        contains(
-            &out,
-            "__private :: returns_mapped :: < Result < Option < u8 > , AppError > > (AppError :: lock)",
-        );
-        contains(&out, "__private :: busy_skip ()");
-        contains(&out, "Kind :: Redlock");
-    }
-
-    #[test]
-    fn impl_trait_inside_the_return_type_is_inferred() {
-        let out = expanded(
-            AttrKind::Write,
-            quote!(key = "doc"),
-            quote!(
-                async fn save() -> Result<(StatusCode, impl IntoResponse), AppError> {
-                    Ok((StatusCode::OK, "saved"))
-                }
-            ),
-        );
-        assert!(
-            out.starts_with(
-                "async fn save () -> Result < (StatusCode , impl IntoResponse) , AppError >"
-            ),
-            "{out}"
-        );
-        contains(
-            &out,
-            "returns :: < Result < (StatusCode , _) , AppError > > ()",
-        );
-        contains(
-            &out,
-            "anchor :: < Result < (StatusCode , _) , AppError > > ()",
-        );
-    }
-
-    #[test]
-    fn signature_and_attributes_are_kept() {
-        let out = expanded(
-            AttrKind::Distributed,
-            quote!(key = "<self.id>"),
-            quote!(
-                #[doc = "docs"]
-                #[inline]
-                pub async fn run<'a, T: Clone>(&'a self, t: T) -> Result<&'a T, E>
-                where
-                    T: Send,
-                {
-                    Ok(&self.t)
-                }
-            ),
-        );
-        assert!(
-            out.starts_with("# [doc = \"docs\"] # [inline] pub async fn run < 'a , T : Clone > (& 'a self , t : T) -> Result < & 'a T , E > where T : Send , {"),
-            "{out}"
-        );
-        contains(&out, "Placeholder (& self . id)");
-        contains(
-            &out,
-            "async move { if false { return :: distlock :: __private :: anchor :: < Result < & 'a T , E > > () ; } { Ok (& self . t) } }",
-        );
-        contains(
-            &out,
-            ":: distlock :: __private :: run (__distlock_client , __distlock_key ,",
-        );
-        assert!(out.ends_with(") . await }"), "{out}");
-    }
-}
+mod tests;
