@@ -1,13 +1,17 @@
 //! The integration tests, one module per concern, in one test binary: each binary of its own
 //! linked the runtime, the kit and every dev-dependency again, and a rebuild after a change to
-//! the runtime cost twice the CPU (docs/verification.md, "One test binary or many").
+//! the runtime cost twice the CPU (docs/verification.md, "One test binary or many", which gives each one's reason).
 //!
 //! A test file needs a process of its own, and stays a binary beside this one, when it
 //! installs something once per process or disturbs a deployment the process shares:
-//! `operations.rs` (a global metrics recorder), `cluster_failover.rs` and `sentinel.rs`
-//! (they kill and pause the servers of their shared deployment), `scale.rs` (its ignored tier
-//! runs alone) and `lost_replies.rs` (its own tier, run with its figures shown). A new file
-//! here is a `mod` line below, with `use crate::common;` in place of `mod common;`.
+//! `operations.rs` (a global metrics recorder), `rwlock_wakeups.rs` (the process-wide test
+//! hook `__fuzz::wake_ups_only`), `cluster_failover.rs` and `sentinel.rs` (they kill and pause
+//! the servers of their shared deployment), `election.rs` (it starts its candidates with
+//! `tokio::process`, whose `SIGCHLD` handler interrupts other tests' timed socket reads),
+//! `scale.rs` and `rwlock_crowd.rs`
+//! (ignored tiers that run alone, `.ci/run`) and `lost_replies.rs` (its own tier, run with its
+//! figures shown). A new file here is a `mod` line below, with `use crate::common;` in place
+//! of `mod common;`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -19,8 +23,10 @@ mod connections;
 mod edges;
 mod faults;
 mod fenced;
+mod grant_time;
 mod handoff;
 mod keys;
+mod leader_loop;
 mod liveness;
 mod macros;
 mod many;

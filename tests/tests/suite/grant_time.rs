@@ -2,7 +2,7 @@
 //! "acquired at"): the time of the attempt the server granted, not the start of a wait or of
 //! an outage the acquisition waited through.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! the lead is lost and runs again on the next win, and the loop ends when the client shuts
 //! down; a campaign, and the loop written by hand around it, ends at shutdown too.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
