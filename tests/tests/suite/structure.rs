@@ -4,14 +4,14 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, guide |
+//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, token, guide |
 //! | wire | conn |
 //! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
 //! | acquisition | runtime, lock, guard |
-//! | facade | client, inspect, election |
+//! | facade | client, inspect, election, fenced |
 //! | support | private (`__private`), cli, fuzz, the crate root, bin |
 //!
 //! Within a layer, modules import each other one way only. A module that is not in the table
@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sync",
             "majority",
             "tasks",
+            "token",
             "guide",
         ],
     ),
@@ -57,7 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["handoff", "channels", "notify", "probe", "holds", "wait"],
     ),
     ("acquisition", &["runtime", "lock", "guard"]),
-    ("facade", &["client", "inspect", "election"]),
+    ("facade", &["client", "inspect", "election", "fenced"]),
     ("support", &["private", "cli", "fuzz", "lib", "bin"]),
 ];
 
