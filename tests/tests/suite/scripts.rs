@@ -240,6 +240,7 @@ async fn lock_many_scripts_touch_only_declared_keys_and_pass_only_strings() {
     .await;
     assert_eq!(int(&r), 1);
     assert!(second(&r) > token, "{r:?}");
+    let token = second(&r);
     // A waiter finds the first busy and marks it.
     let r = run(
         &mut c,
