@@ -198,7 +198,9 @@ mod telemetry;
 mod wait;
 mod watchdog;
 
-pub use client::{default_client, default_quorum_client, set_default, Client, ClientBuilder};
+pub use client::{
+    default_client, default_quorum_client, scope_default, set_default, Client, ClientBuilder,
+};
 pub use config::{
     Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
@@ -214,6 +216,10 @@ pub use mode::LockMode;
 pub use runtime::Shutdown;
 
 pub mod guide;
+
+#[cfg(all(feature = "testing", unix))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 
 /// The error of the `redis` crate this one is built on, which [`Error::Redis`] carries: named
 /// here so that an application using another version of `redis` (or none) can still name it.

@@ -46,13 +46,14 @@ mod kit {
     pub(crate) mod observer;
     pub(crate) mod postgres;
     pub(crate) mod procfs;
-    pub(crate) mod proxy;
     pub(crate) mod sentinel;
     pub(crate) mod server;
     pub(crate) mod servers;
     pub(crate) mod wait;
 }
 
+/// The fault proxy is the published one (`distlock::testing`, feature `testing`).
+pub use distlock::testing::FaultProxy;
 pub use kit::bank::{Bank, TransferError};
 pub use kit::binary::{
     ensure_redis_available, ensure_redis_cli_available, redis_cli_path, redis_server_path,
@@ -63,7 +64,6 @@ pub use kit::keeper::Keeper;
 pub use kit::observer::Observer;
 pub use kit::postgres::{ensure_postgres_available, PostgresServer, PG_BINDIR_ENV, PG_USER_ENV};
 pub use kit::procfs::{cpu_time, own_cpu_time};
-pub use kit::proxy::FaultProxy;
 pub use kit::sentinel::RedisSentinel;
 pub use kit::server::{RedisServer, RedisServerBuilder};
 pub use kit::servers::RedisServers;

@@ -1,0 +1,163 @@
+//! The processes under the throwaway servers: spawning them from one long-lived thread,
+//! free loopback ports, signals, and the probe that tells a server is up.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::sync::lock;
+
+type Spawn = (Command, mpsc::SyncSender<io::Result<Child>>);
+
+/// The thread every server is spawned from. On Linux each server gets `SIGKILL` when the
+/// thread that spawned it exits (`PR_SET_PDEATHSIG`), so that a test process killed without
+/// unwinding (a timeout, `^C`) leaves no server behind; this thread lives as long as the
+/// process, so a server started from a short-lived thread (`spawn_blocking`, a runtime of
+/// its own) lives on.
+static SPAWNER: LazyLock<Mutex<Option<mpsc::Sender<Spawn>>>> = LazyLock::new(|| {
+    let (tx, rx) = mpsc::channel::<Spawn>();
+    let started = std::thread::Builder::new()
+        .name("distlock-testing-spawner".into())
+        .spawn(move || {
+            for (mut command, reply) in rx {
+                let _ = reply.send(command.spawn());
+            }
+        });
+    Mutex::new(started.ok().map(|_| tx))
+});
+
+/// Spawns `command` (from the spawner thread where there is one).
+pub(super) fn spawn(mut command: Command) -> io::Result<Child> {
+    die_with_spawning_thread(&mut command);
+    let sender = lock(&SPAWNER).clone();
+    let Some(sender) = sender else {
+        return command.spawn();
+    };
+    let (reply, answer) = mpsc::sync_channel(1);
+    sender
+        .send((command, reply))
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?
+}
+
+#[cfg(target_os = "linux")]
+fn die_with_spawning_thread(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and calls only the async-signal-safe
+    // prctl, getppid and raise; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect: no signal would come.
+            if libc::getppid() as u32 != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_spawning_thread(_: &mut Command) {}
+
+/// A free loopback port, other than `except`. A server may still lose it to another process
+/// before it binds: the caller starts again on another port then.
+pub(super) fn free_port(except: u16) -> io::Result<u16> {
+    for _ in 0..100 {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        if port != except {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::other("no free loopback port"))
+}
+
+/// Sends `signal` to our child `pid` (not yet reaped, so the pid is not someone else's).
+pub(super) fn signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Waits for our child `pid` to report the state change `flag` asks for (`WUNTRACED`: it
+/// stopped; `WCONTINUED`: it continued): the kernel's event, no polling. A child that died
+/// meanwhile ends the wait too.
+pub(super) fn wait_for(pid: u32, flag: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid(2) writes only to `status`, a valid int.
+        let r = unsafe { libc::waitpid(pid, &mut status, flag) };
+        if r == pid {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// What a probe of a starting server found.
+pub(super) enum Probe {
+    /// The server with this pid answers on the port.
+    Ready,
+    /// Nothing (or not yet ours) answers.
+    NotYet,
+}
+
+/// Asks the server on `port` for its pid (`INFO server`): ready once the process that
+/// answers is `pid` (another test's server on a port we lost must not pass for ours). A
+/// server that wants a password answers `-NOAUTH`: it is up, and taken as ours.
+pub(super) fn probe(port: u16, pid: u32, timeout: Duration) -> Probe {
+    match info_server(port, timeout) {
+        Ok(text) if text.starts_with("-NOAUTH") => Probe::Ready,
+        Ok(text) if text.contains(&format!("process_id:{pid}\r\n")) => Probe::Ready,
+        _ => Probe::NotYet,
+    }
+}
+
+fn info_server(port: u16, timeout: Duration) -> io::Result<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")?;
+    let mut reply = Vec::with_capacity(4096);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        // An error line, or a bulk string read to its end.
+        if reply.first() == Some(&b'-') && reply.ends_with(b"\r\n") {
+            break;
+        }
+        if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
+            let len: usize = std::str::from_utf8(&reply[1..end])
+                .ok()
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0);
+            if reply.len() >= end + 2 + len + 2 || reply.len() > 64 * 1024 {
+                break;
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
