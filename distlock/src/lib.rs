@@ -70,6 +70,7 @@
 //! | `metrics` | lock metrics through the `metrics` facade ([the names](guide::operations#metrics)) |
 //! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] |
 //! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
+//! | `testing` | for `[dev-dependencies]`: a throwaway Redis per test, faults on demand, lock assertions (`distlock::testing`; the guide: `docs/testing.md`) |
 //!
 //! # Modes
 //!

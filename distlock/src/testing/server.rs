@@ -99,7 +99,7 @@ impl TestServerBuilder {
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use distlock::testing::TestServer;
 ///
-/// let server = TestServer::start().await?;
+/// let mut server = TestServer::start().await?;
 /// let locks = server.client().await?;
 /// let guard = locks.lock("order:42").acquire().await?;
 /// server.pause()?; // answers nothing, the connections stay open
