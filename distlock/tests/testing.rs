@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use distlock::testing::{
-    end_lease, lock_state, wait_for_waiters, FaultProxy, TestQuorum, TestServer,
+    end_lease, lock_state, wait_for_waiters, FaultProxy, TestCluster, TestQuorum, TestServer,
 };
 use distlock::{distributed_lock, Client, Error, LockMode};
 
@@ -442,4 +442,89 @@ async fn startup_cost() {
     println!(
         "start + stop: {each:?} per server; with a client connected: {with_client:?} ({N} each)"
     );
+}
+
+#[tokio::test]
+async fn a_bad_argument_is_reported_with_what_the_server_said() {
+    let e = TestServer::builder()
+        .arg("--no-such-option")
+        .arg("1")
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no-such-option"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}
+
+#[tokio::test]
+async fn stop_shuts_down_a_server_started_with_a_config_file() {
+    let dir = std::env::temp_dir().join(format!("distlock-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("redis.conf");
+    std::fs::write(&conf, "hz 42\n").unwrap();
+    let mut server = TestServer::builder()
+        .config_file(&conf)
+        .start()
+        .await
+        .unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let hz: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hz")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(hz, ["hz", "42"]);
+    assert!(server.log_path().exists());
+    let pid = server.pid();
+    server.stop();
+    assert!(!server.is_running());
+    assert!(!process_exists(pid));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_cluster_forms_serves_locks_and_one_node_can_go_silent() {
+    let mut cluster = TestCluster::start(3).await.expect("cluster");
+    assert_eq!(cluster.len(), 3);
+    let locks = cluster
+        .client_builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    // Two names on two different masters.
+    let names: Vec<String> = (0..64).map(|i| format!("c{i}")).collect();
+    let a = &names[0];
+    let node_a = cluster.node_of(&locks, a).unwrap();
+    let b = names
+        .iter()
+        .find(|n| cluster.node_of(&locks, n.as_str()).unwrap() != node_a)
+        .expect("a name on another node");
+    let guard = locks.lock(a.as_str()).acquire().await.unwrap();
+    // The lock's keys are on the node node_of names.
+    assert!(exists(&cluster[node_a], &format!("distlock:{{{a}}}")).await);
+    guard.release().await.unwrap();
+
+    cluster[node_a].pause().unwrap();
+    let e = locks
+        .lock(a.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    // The other masters still serve their locks.
+    let other = locks
+        .lock(b.as_str())
+        .acquire()
+        .await
+        .expect("another master");
+    other.release().await.unwrap();
+    cluster[node_a].resume().unwrap();
 }

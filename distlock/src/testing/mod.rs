@@ -5,8 +5,8 @@
 //!
 //! * [`TestServer`] starts a `redis-server` (or `valkey-server`: [`server_binary`] says which)
 //!   on a free loopback port, keeping nothing on disk, and stops it when dropped;
-//!   [`TestQuorum`] starts several for a Redlock client. Each test gets its own, so tests run
-//!   in parallel.
+//!   [`TestQuorum`] starts several for a Redlock client, [`TestCluster`] a Redis Cluster.
+//!   Each test gets its own, so tests run in parallel.
 //! * Faults: [`end_lease`] ends a held lease now, as its expiry would (the holder's guard
 //!   reports it lost, a locked fn's body is cancelled); [`TestServer::pause`] /
 //!   [`resume`](TestServer::resume) make the server stop answering without closing anything;
@@ -37,6 +37,7 @@
 //! The guide: [Testing](crate::guide::testing).
 
 mod binary;
+mod cluster;
 mod faults;
 mod locks;
 mod process;
@@ -45,6 +46,7 @@ mod quorum;
 mod server;
 
 pub use binary::{server_binary, SERVER_ENV};
+pub use cluster::TestCluster;
 pub use faults::end_lease;
 pub use locks::{lock_state, wait_for_waiters, LockState};
 pub use proxy::FaultProxy;

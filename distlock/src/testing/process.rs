@@ -68,18 +68,69 @@ fn die_with_spawning_thread(command: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_spawning_thread(_: &mut Command) {}
 
-/// A free loopback port, other than `except`. A server may still lose it to another process
-/// before it binds: the caller starts again on another port then.
+/// The highest port handed out: a Redis Cluster node also listens on its port + 10000.
+const MAX_PORT: u16 = u16::MAX - 10_000;
+
+/// A free loopback port, other than `except`, at most [`MAX_PORT`]. A server may still lose
+/// it to another process before it binds: the caller starts again on another port then.
 pub(super) fn free_port(except: u16) -> io::Result<u16> {
-    for _ in 0..100 {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
-        if port != except {
+    // The listeners are held until the search ends, so no port comes up twice.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let port = listener.local_addr()?.port();
+        if port != except && port <= MAX_PORT {
             return Ok(port);
         }
+        held.push(listener);
     }
     Err(io::Error::other("no free loopback port"))
+}
+
+/// Whether our child `pid` has exited (reaped or not), without reaping it.
+pub(super) fn has_exited(pid: u32) -> bool {
+    let pid = libc::id_t::from(pid);
+    // SAFETY: a zeroed siginfo_t is a valid value for waitid(2) to write into.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid(2) writes only to `info`; WNOWAIT leaves the child to be reaped by its
+    // `Child`.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid is set by waitid (0 when no child changed state).
+    r != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// Waits up to `timeout` for our child `pid` to exit (without reaping it); whether it did.
+/// A thread blocks in waitid(2) for the exit, the kernel's event; if the time runs out first,
+/// the caller kills the child, which ends that wait too.
+pub(super) fn exits_within(pid: u32, timeout: Duration) -> bool {
+    let (exited, exit) = mpsc::sync_channel(1);
+    let waiting = std::thread::Builder::new()
+        .name("distlock-testing-stop".into())
+        .spawn(move || {
+            let pid = libc::id_t::from(pid);
+            loop {
+                // SAFETY: as in `has_exited`, without WNOHANG: blocks until the child exits.
+                let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                let r = unsafe {
+                    libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+                };
+                if r == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    let _ = exited.send(());
+                    return;
+                }
+            }
+        });
+    match waiting {
+        Ok(_) => exit.recv_timeout(timeout).is_ok(),
+        Err(_) => has_exited(pid),
+    }
 }
 
 /// Sends `signal` to our child `pid` (not yet reaped, so the pid is not someone else's).

@@ -24,6 +24,8 @@ const PORT_TRIES: usize = 5;
 /// another process letting go of a port), trying every [`REBIND_EVERY`].
 const REBIND_TIMEOUT: Duration = Duration::from_secs(5);
 const REBIND_EVERY: Duration = Duration::from_millis(20);
+/// How long [`TestServer::stop`] waits for the server to exit on `SIGTERM`.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Log lines quoted when a server does not come up.
 const LOG_LINES: usize = 5;
 
@@ -34,6 +36,7 @@ static SERVERS: AtomicU64 = AtomicU64::new(0);
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct TestServerBuilder {
     binary: Option<PathBuf>,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
 }
 
@@ -41,6 +44,13 @@ impl TestServerBuilder {
     /// Runs this executable instead of the one [`server_binary`] finds.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// A configuration file (an application's `redis.conf`, a sentinel's), read first: the
+    /// defaults and [`arg`](Self::arg)s override it.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
         self
     }
 
@@ -77,6 +87,7 @@ impl TestServerBuilder {
             .map_err(|e| ServerError::new(format!("creating {}: {e}", dir.display())))?;
         let mut server = TestServer {
             binary,
+            config_file: self.config_file,
             args: self.args,
             port: 0,
             child: None,
@@ -109,6 +120,7 @@ impl TestServerBuilder {
 #[derive(Debug)]
 pub struct TestServer {
     binary: PathBuf,
+    config_file: Option<PathBuf>,
     args: Vec<String>,
     port: u16,
     child: Option<Child>,
@@ -168,12 +180,16 @@ impl TestServer {
         Client::builder(&self.url())
     }
 
-    /// Whether the process is alive (a paused one is).
+    /// Whether the process is alive (a paused one is; one that exited is not, reaped or not).
     #[must_use]
-    pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    pub fn is_running(&self) -> bool {
+        self.child.is_some() && !process::has_exited(self.pid)
+    }
+
+    /// The server's log file (its own `--logfile`), kept until the server is dropped.
+    #[must_use]
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 
     /// Whether [`pause`](Self::pause) is in effect.
@@ -227,6 +243,26 @@ impl TestServer {
         self.paused = false;
     }
 
+    /// Shuts the server down as an operator would (`SIGTERM`: it closes its connections
+    /// and exits; `SIGKILL` if it has not after 10 s), and reaps it. Nothing is kept.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if self.paused {
+            let _ = process::signal(self.pid, libc::SIGCONT);
+            self.paused = false;
+        }
+        if process::signal(self.pid, libc::SIGTERM).is_ok()
+            && process::exits_within(self.pid, STOP_TIMEOUT)
+        {
+            let _ = child.wait();
+            return;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Kills the server and starts a new, empty one on the same port (a restart without
     /// persistence: every lock is gone). Returns once it answers.
     pub async fn restart(&mut self) -> Result<(), ServerError> {
@@ -243,8 +279,18 @@ impl TestServer {
     }
 
     fn launch(&mut self) -> Result<(), ServerError> {
-        let log = self.dir.join("server.log");
+        let log = self.log_path();
+        // What the server prints before its log is open (a bad argument) goes here.
+        let stdio = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.stdio"))
+            .and_then(|out| Ok((out.try_clone()?, out)))
+            .map_err(|e| self.error("opening the server's output file", e))?;
         let mut command = Command::new(&self.binary);
+        if let Some(config) = &self.config_file {
+            command.arg(config);
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())
@@ -256,8 +302,8 @@ impl TestServer {
             .arg(&log)
             .args(&self.args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(stdio.0)
+            .stderr(stdio.1);
         let child = process::spawn(command)
             .map_err(|e| self.error(&format!("running {}", self.binary.display()), e))?;
         self.pid = child.id();
@@ -353,9 +399,13 @@ impl TestServer {
         }
     }
 
+    /// The last lines the server printed and logged (its output and log files grow across
+    /// restarts: the last lines are the last start's).
     fn log_tail(&self) -> String {
-        let log = fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
+        let printed = fs::read_to_string(self.dir.join("server.stdio")).unwrap_or_default();
+        let log = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let both = format!("{printed}{log}");
+        let lines: Vec<&str> = both.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = lines[lines.len().saturating_sub(LOG_LINES)..].join(" | ");
         if tail.is_empty() {
             "(its log is empty)".to_owned()

@@ -5,20 +5,19 @@ use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// Environment variable that overrides the `redis-server` lookup on `PATH`.
-pub const REDIS_SERVER_ENV: &str = "DISTLOCK_REDIS_SERVER";
+/// Environment variable that overrides the `redis-server` lookup on `PATH` (the published
+/// `distlock::testing`'s).
+pub const REDIS_SERVER_ENV: &str = distlock::testing::SERVER_ENV;
 /// Environment variable that overrides the `redis-cli` lookup on `PATH`.
 pub const REDIS_CLI_ENV: &str = "DISTLOCK_REDIS_CLI";
 
-const SERVER_MISSING: &str = "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server) or set DISTLOCK_REDIS_SERVER=/path/to/redis-server";
 const CLI_MISSING: &str = "redis-cli not found: install it (Debian/Ubuntu: apt-get install redis-tools) or set DISTLOCK_REDIS_CLI=/path/to/redis-cli";
 
-/// Finds `redis-server` without panicking.
-///
-/// `DISTLOCK_REDIS_SERVER` wins over `PATH`; the error is a single line that
-/// says how to fix the setup.
+/// Finds `redis-server` (or `valkey-server`) without panicking, as
+/// `distlock::testing::server_binary` does: `DISTLOCK_REDIS_SERVER` wins over `PATH`; the
+/// error is a single line that says how to fix the setup.
 pub fn ensure_redis_available() -> Result<PathBuf, String> {
-    locate("redis-server", REDIS_SERVER_ENV, SERVER_MISSING)
+    distlock::testing::server_binary().map_err(|e| e.to_string())
 }
 
 /// Finds `redis-cli` without panicking (`DISTLOCK_REDIS_CLI` wins over `PATH`).
