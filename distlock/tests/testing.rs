@@ -442,6 +442,19 @@ async fn startup_cost() {
     println!(
         "start + stop: {each:?} per server; with a client connected: {with_client:?} ({N} each)"
     );
+    let started = Instant::now();
+    for _ in 0..5 {
+        drop(TestQuorum::start(3).await.unwrap());
+    }
+    println!("a quorum of 3: {:?} (5 in a row)", started.elapsed() / 5);
+    let started = Instant::now();
+    for _ in 0..3 {
+        drop(TestCluster::start(3).await.unwrap());
+    }
+    println!(
+        "a cluster of 3 masters, formed: {:?} (3 in a row)",
+        started.elapsed() / 3
+    );
 }
 
 #[tokio::test]
