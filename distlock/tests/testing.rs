@@ -41,10 +41,12 @@ async fn a_server_starts_answers_and_leaves_no_process_or_file() {
     assert!(exists(&server, "distlock:{a}").await);
     guard.release().await.unwrap();
     let pid = server.pid();
-    assert!(process_exists(pid));
+    let dir = server.log_path().parent().unwrap().to_owned();
+    assert!(process_exists(pid) && dir.exists());
     drop(server);
-    // Killed and reaped: no process, not even a zombie.
+    // Killed and reaped: no process, not even a zombie; its directory gone.
     assert!(!process_exists(pid));
+    assert!(!dir.exists());
 }
 
 #[test]
@@ -540,4 +542,30 @@ async fn a_cluster_forms_serves_locks_and_one_node_can_go_silent() {
         .expect("another master");
     other.release().await.unwrap();
     cluster[node_a].resume().unwrap();
+}
+
+#[distributed_lock(key = "ledger:<id>", mode = "redlock", wait = "0s")]
+async fn redlock_job(id: u64) -> Result<u64, Error> {
+    Ok(id)
+}
+
+#[tokio::test]
+async fn a_redlock_fn_runs_on_the_scoped_quorum() {
+    let mut nodes = TestQuorum::start(3).await.unwrap();
+    let locks = nodes
+        .client_builder()
+        .node_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let ran = distlock::scope_default(locks.clone(), redlock_job(5)).await;
+    assert_eq!(ran.unwrap(), 5);
+    // Without a majority the fn does not run, and says why.
+    nodes[0].kill();
+    nodes[1].kill();
+    let refused = distlock::scope_default(locks.clone(), redlock_job(5)).await;
+    assert!(
+        matches!(refused, Err(Error::QuorumNotReached { .. })),
+        "{refused:?}"
+    );
 }

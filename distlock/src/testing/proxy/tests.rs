@@ -523,3 +523,21 @@ fn keeps_forwarding_while_the_callers_runtime_is_blocked() {
         drop(proxy);
     });
 }
+
+#[test]
+fn bad_settings_are_taken_in_range_not_panicked_on() {
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
+    proxy.drop_replies(f64::NAN);
+    proxy.drop_replies(-1.0);
+    proxy.drop_replies_containing(b"", 0.5);
+    proxy.drop_replies_containing(b"PONG", 7.0);
+    proxy.drop_next_reply_containing(b"");
+    proxy.note_sending(b"");
+    proxy.inject_push(b"");
+    proxy.clear();
+    // Still a working proxy, with nothing dropped.
+    assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
+    assert_eq!(proxy.replies_dropped(), 0);
+    assert!(FaultProxy::start("not an address").is_err());
+}
