@@ -163,52 +163,73 @@ pub(super) fn wait_for(pid: u32, flag: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// What a probe of a starting server found.
-pub(super) enum Probe {
-    /// The server with this pid answers on the port.
-    Ready,
-    /// Nothing (or not yet ours) answers.
-    NotYet,
-}
+/// The request a probe sends: `INFO server`, whose answer names the process.
+const INFO_SERVER: &[u8] = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
 
-/// Asks the server on `port` for its pid (`INFO server`): ready once the process that
+/// Asks the server on `port` for its pid (`INFO server`): true once the process that
 /// answers is `pid` (another test's server on a port we lost must not pass for ours). A
 /// server that wants a password answers `-NOAUTH`: it is up, and taken as ours.
-pub(super) fn probe(port: u16, pid: u32, timeout: Duration) -> Probe {
-    match info_server(port, timeout) {
-        Ok(text) if text.starts_with("-NOAUTH") => Probe::Ready,
-        Ok(text) if text.contains(&format!("process_id:{pid}\r\n")) => Probe::Ready,
-        _ => Probe::NotYet,
-    }
-}
-
-fn info_server(port: u16, timeout: Duration) -> io::Result<String> {
+pub(super) fn probe(port: u16, pid: u32, timeout: Duration) -> bool {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")?;
-    let mut reply = Vec::with_capacity(4096);
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&buf[..n]);
-        // An error line, or a bulk string read to its end.
-        if reply.first() == Some(&b'-') && reply.ends_with(b"\r\n") {
-            break;
-        }
-        if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
-            let len: usize = std::str::from_utf8(&reply[1..end])
-                .ok()
-                .and_then(|l| l.parse().ok())
-                .unwrap_or(0);
-            if reply.len() >= end + 2 + len + 2 || reply.len() > 64 * 1024 {
+    let answer = || -> io::Result<Vec<u8>> {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(INFO_SERVER)?;
+        let mut reply = Vec::with_capacity(4096);
+        let mut buf = [0u8; 4096];
+        while !complete(&reply) {
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
                 break;
             }
+            reply.extend_from_slice(&buf[..n]);
         }
+        Ok(reply)
+    };
+    answer().is_ok_and(|reply| is_ours(&reply, pid))
+}
+
+/// [`probe`] on the async runtime (a start awaits it instead of blocking its thread).
+pub(super) async fn probe_async(port: u16, pid: u32, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let answer = async {
+        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
+        stream.write_all(INFO_SERVER).await?;
+        let mut reply = Vec::with_capacity(4096);
+        let mut buf = [0u8; 4096];
+        while !complete(&reply) {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        io::Result::Ok(reply)
+    };
+    matches!(tokio::time::timeout(timeout, answer).await, Ok(Ok(reply)) if is_ours(&reply, pid))
+}
+
+fn is_ours(reply: &[u8], pid: u32) -> bool {
+    let text = String::from_utf8_lossy(reply);
+    text.starts_with("-NOAUTH") || text.contains(&format!("process_id:{pid}\r\n"))
+}
+
+/// Whether `reply` is a whole answer: an error line, or a bulk string read to its end (or
+/// more than any `INFO server` answer is).
+fn complete(reply: &[u8]) -> bool {
+    if reply.len() > 64 * 1024 {
+        return true;
     }
-    Ok(String::from_utf8_lossy(&reply).into_owned())
+    let Some(end) = reply.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    if reply.first() != Some(&b'$') {
+        return true;
+    }
+    let len: usize = std::str::from_utf8(&reply[1..end])
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    reply.len() >= end + 2 + len + 2
 }

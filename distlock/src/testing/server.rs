@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::binary::server_binary;
-use super::process::{self, Probe};
+use super::process;
 use super::ServerError;
 use crate::client::{Client, ClientBuilder};
 use crate::error::Error;
@@ -311,8 +311,14 @@ impl TestServer {
         Ok(())
     }
 
-    /// One look at a starting server: `Some` once it is up or cannot come up.
-    fn check(&mut self, started: Instant, new_port: bool) -> Option<Result<(), ServerError>> {
+    /// One look at a starting server (`answered`: a probe found it up): `Some` once it is up
+    /// or cannot come up.
+    fn check(
+        &mut self,
+        started: Instant,
+        new_port: bool,
+        answered: bool,
+    ) -> Option<Result<(), ServerError>> {
         if self.child.is_none() {
             // Waiting for the port to be free again (see `rebind`).
             if Instant::now() < self.relaunch_at {
@@ -338,7 +344,7 @@ impl TestServer {
                 self.port
             ))));
         }
-        if let Probe::Ready = process::probe(self.port, self.pid, PROBE_TIMEOUT) {
+        if answered {
             return Some(Ok(()));
         }
         if started.elapsed() > READY_TIMEOUT {
@@ -378,7 +384,9 @@ impl TestServer {
         let mut tries = 0;
         loop {
             let port = self.port;
-            if let Some(done) = self.check(started, new_port && tries < PORT_TRIES) {
+            let answered = self.child.is_some()
+                && process::probe_async(self.port, self.pid, PROBE_TIMEOUT).await;
+            if let Some(done) = self.check(started, new_port && tries < PORT_TRIES, answered) {
                 return done;
             }
             tries += usize::from(port != self.port);
@@ -391,7 +399,9 @@ impl TestServer {
         let mut tries = 0;
         loop {
             let port = self.port;
-            if let Some(done) = self.check(started, new_port && tries < PORT_TRIES) {
+            let answered =
+                self.child.is_some() && process::probe(self.port, self.pid, PROBE_TIMEOUT);
+            if let Some(done) = self.check(started, new_port && tries < PORT_TRIES, answered) {
                 return done;
             }
             tries += usize::from(port != self.port);
