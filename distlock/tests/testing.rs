@@ -569,3 +569,25 @@ async fn a_redlock_fn_runs_on_the_scoped_quorum() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn a_cluster_with_replicas_forms_without_a_runtime() {
+    let cluster = TestCluster::builder()
+        .masters(3)
+        .replicas(1)
+        .start_blocking()
+        .expect("cluster");
+    assert_eq!(cluster.len(), 6);
+    for (i, node) in cluster.into_servers().iter().enumerate() {
+        let mut conn = redis::Client::open(node.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .unwrap();
+        let role = if i < 3 { "role:master" } else { "role:slave" };
+        assert!(info.contains(role), "node {i}: {info}");
+    }
+}

@@ -11,7 +11,7 @@
 //!   network faults: lost replies with connection resets, a black hole,
 //!   latency with jitter, refused connections and resets on demand.
 //! * [`RedisCluster`] — a Redis Cluster (3 masters + 3 replicas by default)
-//!   formed with `redis-cli --cluster create`, any process of which can be
+//!   formed by `distlock::testing::TestCluster`, any process of which can be
 //!   killed, paused or restarted.
 //! * [`RedisSentinel`] — a master, its replicas and the sentinels watching it.
 //! * [`Keeper`] — owns one such deployment for a whole test binary.
@@ -57,10 +57,7 @@ mod kit {
 /// The fault proxy is the published one (`distlock::testing`, feature `testing`).
 pub use distlock::testing::FaultProxy;
 pub use kit::bank::{Bank, TransferError};
-pub use kit::binary::{
-    ensure_redis_available, ensure_redis_cli_available, redis_cli_path, redis_server_path,
-    REDIS_CLI_ENV, REDIS_SERVER_ENV,
-};
+pub use kit::binary::{ensure_redis_available, redis_server_path, REDIS_SERVER_ENV};
 pub use kit::cluster::RedisCluster;
 pub use kit::keeper::Keeper;
 pub use kit::observer::Observer;

@@ -1,10 +1,9 @@
-//! A small throwaway Redis Cluster: masters only, formed with `CLUSTER` commands (no
-//! `redis-cli` needed).
+//! A small throwaway Redis Cluster, formed with `CLUSTER` commands (no `redis-cli` needed).
 
 use std::ops::{Index, IndexMut};
 use std::time::{Duration, Instant};
 
-use super::{ServerError, TestServer};
+use super::{ServerError, TestServer, TestServerBuilder};
 use crate::client::{Client, ClientBuilder};
 use crate::error::Error;
 
@@ -16,10 +15,12 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(15);
 /// for "every node agrees".
 const LOOK_EVERY: Duration = Duration::from_millis(10);
 
-/// A Redis Cluster of `n` masters (no replicas), each a [`TestServer`] of its own with an
-/// even share of the slots, for a [`Client::cluster`] client. Any node can be paused,
-/// killed or restarted (`cluster[1].pause()`); [`node_of`](Self::node_of) says which node
-/// serves a lock. Dropping it stops them all.
+/// A Redis Cluster of `n` masters, each a [`TestServer`] of its own with an even share of
+/// the slots (and replicas if [`TestClusterBuilder::replicas`] asks), for a
+/// [`Client::cluster`] client. Any node can be paused, killed or restarted
+/// (`cluster[1].pause()`; a restarted node keeps its `nodes.conf` and rejoins as the node it
+/// was, without data); [`node_of`](Self::node_of) says which node serves a lock. Dropping it
+/// stops them all.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,27 +36,102 @@ const LOOK_EVERY: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct TestCluster {
     nodes: Vec<TestServer>,
+    masters: usize,
 }
 
-impl TestCluster {
-    /// Starts `masters` servers (at least 1) with cluster mode on, gives each an even share
-    /// of the 16,384 slots, introduces them, and returns once every node reports the cluster
-    /// `ok` and knows every other.
-    pub async fn start(masters: usize) -> Result<TestCluster, ServerError> {
-        let masters = masters.max(1);
-        let builder = TestServer::builder()
+/// Configures a [`TestCluster`]; from [`TestCluster::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct TestClusterBuilder {
+    masters: usize,
+    replicas: usize,
+    server: TestServerBuilder,
+}
+
+impl TestClusterBuilder {
+    /// How many masters (at least 1; 3 unless set).
+    pub fn masters(mut self, n: usize) -> Self {
+        self.masters = n.max(1);
+        self
+    }
+
+    /// How many replicas each master gets (none unless set). Replica `k` follows master
+    /// `k % masters`; the nodes are numbered masters first.
+    pub fn replicas(mut self, per_master: usize) -> Self {
+        self.replicas = per_master;
+        self
+    }
+
+    /// One more argument for every node, e.g. `.arg("--cluster-node-timeout").arg("1500")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.server = self.server.arg(arg);
+        self
+    }
+
+    /// Starts the nodes, gives each master an even share of the 16,384 slots, introduces
+    /// them, attaches the replicas, and returns once every node reports the cluster `ok` and
+    /// knows every other, and every replica's link to its master is up.
+    pub async fn start(self) -> Result<TestCluster, ServerError> {
+        let total = self.masters * (1 + self.replicas);
+        let builder = self
+            .server
             .arg("--cluster-enabled")
             .arg("yes")
             .arg("--cluster-config-file")
             .arg("nodes.conf");
-        let starts = (0..masters).map(|_| builder.clone().start());
+        let starts = (0..total).map(|_| builder.clone().start());
         let nodes = futures_util::future::join_all(starts)
             .await
             .into_iter()
             .collect::<Result<Vec<_>, _>>()?;
-        let cluster = TestCluster { nodes };
+        let cluster = TestCluster {
+            nodes,
+            masters: self.masters,
+        };
         cluster.form().await?;
         Ok(cluster)
+    }
+
+    /// [`start`](Self::start) for a caller without an async runtime (or inside one that it
+    /// must not block on): formed on a thread of its own.
+    pub fn start_blocking(self) -> Result<TestCluster, ServerError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| {
+                            ServerError::new(format!("a runtime to form the cluster: {e}"))
+                        })?
+                        .block_on(self.start())
+                })
+                .join()
+                .unwrap_or_else(|_| Err(ServerError::new("forming the cluster panicked")))
+        })
+    }
+}
+
+impl TestCluster {
+    /// Starts a cluster of `masters` masters (at least 1) without replicas; see
+    /// [`TestClusterBuilder::start`].
+    pub async fn start(masters: usize) -> Result<TestCluster, ServerError> {
+        Self::builder().masters(masters).start().await
+    }
+
+    /// Other shapes: replicas, more server arguments.
+    pub fn builder() -> TestClusterBuilder {
+        TestClusterBuilder {
+            masters: 3,
+            replicas: 0,
+            server: TestServer::builder(),
+        }
+    }
+
+    /// The nodes, masters first, to keep beyond the cluster's handle.
+    #[must_use]
+    pub fn into_servers(self) -> Vec<TestServer> {
+        self.nodes
     }
 
     /// Each node's `redis://` URL, in order.
@@ -74,11 +150,11 @@ impl TestCluster {
         Client::cluster_builder(self.urls())
     }
 
-    /// Which node (an index) serves the lock `name` of `client` (its keys' slot, as
-    /// assigned at the start).
+    /// Which node (an index) serves the lock `name` of `client`: the master given its keys'
+    /// slot at the start (a failover since moves it to a replica).
     pub fn node_of(&self, client: &Client, name: impl AsRef<[u8]>) -> Result<usize, Error> {
         let slot = u32::from(client.inner().key(name.as_ref())?.slot());
-        let n = self.nodes.len() as u32;
+        let n = self.masters as u32;
         let node = (0..n)
             .find(|&i| slot <= slot_range(i, n).1)
             .unwrap_or(n - 1);
@@ -103,12 +179,12 @@ impl TestCluster {
     }
 
     async fn form(&self) -> Result<(), ServerError> {
-        let n = self.nodes.len() as u32;
-        let mut conns = Vec::with_capacity(self.nodes.len());
+        let (masters, total) = (self.masters as u32, self.nodes.len());
+        let mut conns = Vec::with_capacity(total);
         for node in &self.nodes {
             conns.push(connect(node).await?);
         }
-        for (i, conn) in (0..n).zip(conns.iter_mut()) {
+        for (i, conn) in conns.iter_mut().enumerate() {
             // A distinct epoch each, as `redis-cli --cluster create` sets: no collisions to
             // settle once they meet.
             command(
@@ -116,13 +192,15 @@ impl TestCluster {
                 redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(i + 1),
             )
             .await?;
-            let (first, last) = slot_range(i, n);
-            let mut add = redis::cmd("CLUSTER");
-            add.arg("ADDSLOTS");
-            for slot in first..=last {
-                add.arg(slot);
+            if let Some(i) = u32::try_from(i).ok().filter(|&i| i < masters) {
+                let (first, last) = slot_range(i, masters);
+                let mut add = redis::cmd("CLUSTER");
+                add.arg("ADDSLOTS");
+                for slot in first..=last {
+                    add.arg(slot);
+                }
+                command(conn, &add).await?;
             }
-            command(conn, &add).await?;
         }
         for node in &self.nodes[1..] {
             let meet = redis::cmd("CLUSTER")
@@ -132,29 +210,71 @@ impl TestCluster {
                 .clone();
             command(&mut conns[0], &meet).await?;
         }
+        // A replica can only follow a master it knows.
+        self.settle(&mut conns, |info, _| known(info, total))
+            .await?;
+        let mut ids = Vec::with_capacity(self.masters);
+        for conn in &mut conns[..self.masters] {
+            let id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query_async(conn)
+                .await
+                .map_err(|e| ServerError::new(format!("CLUSTER MYID: {e}")))?;
+            ids.push(id);
+        }
+        for (k, conn) in conns[self.masters..].iter_mut().enumerate() {
+            let master = &ids[k % self.masters];
+            command(conn, redis::cmd("CLUSTER").arg("REPLICATE").arg(master)).await?;
+        }
+        let replicas_from = self.masters;
+        self.settle(&mut conns, |info, i| {
+            known(info, total)
+                && info.contains("cluster_state:ok")
+                && (i < replicas_from || info.contains("master_link_status:up"))
+        })
+        .await
+    }
+
+    /// Waits until `settled` holds for every node's `CLUSTER INFO` followed by its `INFO
+    /// replication`, given the node's index.
+    async fn settle(
+        &self,
+        conns: &mut [redis::aio::MultiplexedConnection],
+        settled: impl Fn(&str, usize) -> bool,
+    ) -> Result<(), ServerError> {
         let started = Instant::now();
         loop {
-            let mut settled = true;
-            for conn in &mut conns {
-                let info: String = redis::cmd("CLUSTER")
+            let mut all = true;
+            for (i, conn) in conns.iter_mut().enumerate() {
+                let cluster: String = redis::cmd("CLUSTER")
                     .arg("INFO")
                     .query_async(conn)
                     .await
                     .map_err(|e| ServerError::new(format!("CLUSTER INFO: {e}")))?;
-                settled &= info.contains("cluster_state:ok")
-                    && info.contains(&format!("cluster_known_nodes:{n}\r"));
+                let replication: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(conn)
+                    .await
+                    .map_err(|e| ServerError::new(format!("INFO replication: {e}")))?;
+                all &= settled(&format!("{cluster}{replication}"), i);
             }
-            if settled {
+            if all {
                 return Ok(());
             }
             if started.elapsed() > FORM_TIMEOUT {
                 return Err(ServerError::new(format!(
-                    "the cluster of {n} nodes did not settle within {FORM_TIMEOUT:?}"
+                    "the cluster of {} nodes did not settle within {FORM_TIMEOUT:?}",
+                    conns.len()
                 )));
             }
             tokio::time::sleep(LOOK_EVERY).await;
         }
     }
+}
+
+/// Whether a node's `CLUSTER INFO` says it knows all `total` nodes.
+fn known(info: &str, total: usize) -> bool {
+    info.contains(&format!("cluster_known_nodes:{total}\r"))
 }
 
 /// The slots node `i` of `n` serves: an even share each, the last taking the remainder.

@@ -46,7 +46,7 @@ mod quorum;
 mod server;
 
 pub use binary::{server_binary, SERVER_ENV};
-pub use cluster::TestCluster;
+pub use cluster::{TestCluster, TestClusterBuilder};
 pub use faults::end_lease;
 pub use locks::{lock_state, wait_for_waiters, LockState};
 pub use proxy::FaultProxy;

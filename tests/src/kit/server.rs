@@ -190,6 +190,15 @@ impl RedisServer {
         RedisServerBuilder::default()
     }
 
+    /// The kit's handle on a server `distlock::testing` started (a cluster's node).
+    pub(crate) fn from_test_server(inner: TestServer) -> Self {
+        RedisServer {
+            inner,
+            password: None,
+            tls_port: None,
+        }
+    }
+
     /// TCP port the server listens on (stable across [`restart`](Self::restart)).
     pub fn port(&self) -> u16 {
         self.inner.port()
