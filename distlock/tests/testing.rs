@@ -591,3 +591,36 @@ fn a_cluster_with_replicas_forms_without_a_runtime() {
         assert!(info.contains(role), "node {i}: {info}");
     }
 }
+
+#[tokio::test]
+async fn is_held_by_knows_each_mode_and_tells_guards_apart() {
+    let server = TestServer::start().await.unwrap();
+    let locks = server.client().await.unwrap();
+    let other = server.client().await.unwrap();
+    let setnx = locks.lock("m:setnx").acquire().await.unwrap();
+    let reentrant = locks.reentrant("m:reentrant").acquire().await.unwrap();
+    let read = locks.read("m:read").acquire().await.unwrap();
+    let permit = locks.semaphore("m:sem", 2).acquire().await.unwrap();
+    let other_permit = other.semaphore("m:sem", 2).acquire().await.unwrap();
+    for (name, guard, mode) in [
+        ("m:setnx", &setnx, LockMode::SetNx),
+        ("m:reentrant", &reentrant, LockMode::Reentrant),
+        ("m:read", &read, LockMode::Read),
+        ("m:sem", &permit, LockMode::Semaphore),
+    ] {
+        let state = lock_state(&locks, name).await.unwrap();
+        assert!(state.is_held_by(guard), "{name}");
+        assert_eq!(state.mode(), Some(mode), "{name}");
+        // Another lock's guard is not this lock's holder.
+        assert!(
+            !lock_state(&locks, "m:setnx")
+                .await
+                .unwrap()
+                .is_held_by(&reentrant),
+            "{name}"
+        );
+    }
+    let sem = lock_state(&locks, "m:sem").await.unwrap();
+    assert_eq!(sem.holders(), 2);
+    assert!(sem.is_held_by(&other_permit));
+}

@@ -48,8 +48,8 @@ impl LockState {
         self.info.mode
     }
 
-    /// Whether `guard`'s hold is one of the lock's holds now: its exclusive holder, or one of
-    /// its readers. False once the lease ended, whatever the guard still believes.
+    /// Whether `guard`'s hold is one of the lock's holds now: its exclusive holder, one of its
+    /// readers, or a semaphore permit's holder. False once the lease ended, whatever the guard still believes.
     #[must_use]
     pub fn is_held_by(&self, guard: &Guard) -> bool {
         // A setnx value carries a description of its holder after a tab (see `identity`);
@@ -58,6 +58,11 @@ impl LockState {
         let owner = owner.split_once('\t').map_or(owner, |(token, _)| token);
         self.info.holder.as_ref().is_some_and(|h| h.owner == owner)
             || self.info.readers.iter().any(|r| r.owner == owner)
+            || self
+                .info
+                .permit_holders
+                .iter()
+                .any(|p| p.holder.owner == owner)
     }
 
     /// How many owners hold it: 1 for an exclusive hold, the readers of a read lock, the
