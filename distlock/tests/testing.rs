@@ -624,3 +624,40 @@ async fn is_held_by_knows_each_mode_and_tells_guards_apart() {
     assert_eq!(sem.holders(), 2);
     assert!(sem.is_held_by(&other_permit));
 }
+
+#[tokio::test]
+async fn end_lease_lets_a_sleeping_waiter_in_now() {
+    let server = TestServer::start().await.unwrap();
+    let locks = server.client().await.unwrap();
+    let other = server.client().await.unwrap();
+    let guard = locks
+        .lock("w8")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            other
+                .lock("w8")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    assert!(wait_for_waiters(&other, "w8", 1, PATIENCE).await.unwrap());
+    let started = Instant::now();
+    end_lease(&locks, "w8").await.unwrap();
+    // Not at the holder's lease's end, 60 s away: now.
+    let next = tokio::time::timeout(PATIENCE, waiter)
+        .await
+        .expect("woken now")
+        .unwrap()
+        .expect("the waiter holds it");
+    assert!(started.elapsed() < PATIENCE);
+    assert!(lock_state(&other, "w8").await.unwrap().is_held_by(&next));
+    tokio::time::timeout(PATIENCE, guard.lost())
+        .await
+        .expect("the old holder knows");
+}

@@ -1,5 +1,6 @@
 //! Ending a held lease on demand, as its expiry would.
 
+use crate::channels::WAKE_ALL;
 use crate::client::Client;
 use crate::error::{Error, Op};
 use crate::key::Kind;
@@ -13,10 +14,11 @@ use crate::key::Kind;
 /// was there.
 ///
 /// The lock's keys are deleted on every server of `client` (the holds, and a read/write
-/// lock's readers; the fencing counter and waiting writers' intents stay, as they would):
-/// nothing is published, so waiters find the lock free as they would after an expiry, by
-/// their next attempt. A holder whose watchdog is off (`watchdog = false`) learns it only at
-/// its lease's end, as it would.
+/// lock's readers; the fencing counter and waiting writers' intents stay, as they would).
+/// Waiters, which sleep until a release is published or at the latest until the holder's
+/// lease would end, are woken as that moment would wake them: a wake-up for all is
+/// published on the lock's channel, so each tries once now. A holder whose watchdog is off
+/// (`watchdog = false`) learns of the loss only at its lease's end, as it would.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,6 +43,17 @@ pub async fn end_lease(client: &Client, name: impl AsRef<[u8]>) -> Result<bool, 
             .await
             .map_err(|e| Error::redis(Op::ForceUnlock, key.name(), e))?;
         removed |= deleted > 0;
+        let publish = if node.conn.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        redis::cmd(publish)
+            .arg(key.lock())
+            .arg(WAKE_ALL)
+            .exec_async(&mut conn)
+            .await
+            .map_err(|e| Error::redis(Op::ForceUnlock, key.name(), e))?;
     }
     shared.watchdog.renew_now();
     Ok(removed)
