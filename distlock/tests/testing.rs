@@ -14,6 +14,12 @@ fn process_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The scheduler state of `pid` (`T`: stopped by a signal), from `/proc`.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// The server's own answer to `EXISTS`, on a connection of the test's own.
 async fn exists(server: &TestServer, key: &str) -> bool {
     let mut conn = redis::Client::open(server.url())
@@ -92,6 +98,7 @@ async fn pause_silences_without_closing_and_resume_answers_again() {
         .unwrap();
     server.pause().unwrap();
     assert!(server.is_paused() && server.is_running());
+    assert_eq!(process_state(server.pid()), Some('T'), "stopped by SIGSTOP");
     // The kernel still accepts connections: nothing is closed, nothing answers.
     let raw = std::net::TcpStream::connect(server.addr());
     assert!(raw.is_ok());
@@ -103,6 +110,7 @@ async fn pause_silences_without_closing_and_resume_answers_again() {
         .unwrap_err();
     assert!(e.is_transient(), "{e}");
     server.resume().unwrap();
+    assert_ne!(process_state(server.pid()), Some('T'));
     let guard = locks.lock("p").acquire().await.expect("answers again");
     guard.release().await.unwrap();
     // Twice over: each pause and resume waits for its own state change.

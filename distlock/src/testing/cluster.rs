@@ -49,9 +49,9 @@ pub struct TestClusterBuilder {
 }
 
 impl TestClusterBuilder {
-    /// How many masters (at least 1; 3 unless set).
+    /// How many masters (3 unless set; taken within 1 and the 16,384 slots).
     pub fn masters(mut self, n: usize) -> Self {
-        self.masters = n.max(1);
+        self.masters = n.clamp(1, SLOTS as usize);
         self
     }
 
