@@ -102,8 +102,10 @@ pub(super) fn has_exited(pid: u32) -> bool {
             libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
         )
     };
-    // SAFETY: si_pid is set by waitid (0 when no child changed state).
-    r != 0 || unsafe { info.si_pid() } != 0
+    // With WNOHANG and no exit to report, nothing is written into `info` (Linux zeroes it):
+    // its signal number stays 0; an exit to report sets it to SIGCHLD. (`si_signo` is a
+    // field on every Unix libc describes, unlike `si_pid`.)
+    r != 0 || info.si_signo != 0
 }
 
 /// Waits up to `timeout` for our child `pid` to exit (without reaping it); whether it did.
