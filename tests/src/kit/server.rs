@@ -6,9 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use distlock::testing::{TestServer, TestServerBuilder};
@@ -467,39 +465,6 @@ fn raw_ping(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
             "unexpected reply to PING: {:?}",
             String::from_utf8_lossy(&reply)
         )))
-    }
-}
-
-/// Makes the child get SIGKILL when the spawning thread exits, so servers
-/// never outlive a test process that was itself SIGKILLed.
-pub(crate) fn die_with_spawning_thread(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the
-    // async-signal-safe prctl, getppid and raise; it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect, in which
-            // case no death signal will ever come.
-            if libc::getppid() as u32 != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Only ever called with the pid of an unreaped child of ours, so the pid
-/// cannot have been recycled for somebody else's process.
-pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
