@@ -541,3 +541,18 @@ fn bad_settings_are_taken_in_range_not_panicked_on() {
     assert_eq!(proxy.replies_dropped(), 0);
     assert!(FaultProxy::start("not an address").is_err());
 }
+
+#[test]
+fn drop_next_replies_loses_exactly_n_replies_and_none_of_the_writes() {
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
+    proxy.drop_next_replies(3);
+    // Each lost reply resets its connection; the INCR after it goes on a new one.
+    assert_eq!(incr_through(&proxy, "n", 5), [0, 1, 2]);
+    assert_eq!(proxy.replies_dropped(), 3);
+    // Every INCR reached the server, those whose replies were lost included.
+    assert_eq!(get(&server, "n").as_deref(), Some("5"));
+    proxy.drop_next_replies(2);
+    proxy.drop_next_replies(0); // replaced: off
+    assert!(incr_through(&proxy, "n", 2).is_empty());
+}
