@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 cargo build --examples
 cargo test --all-targets "$@" -- --skip lost_reply_tier
 cargo test --doc
+# The `testing` feature as an application's dev-dependency sees it: distlock alone, without the
+# features the rest of the workspace turns on (its own tests, the axum worked example, the
+# guide's doc tests).
+cargo test -p distlock --features testing,axum
 # The lost-reply tier (every mode behind a proxy that loses 2 % of the replies), run on its
 # own so its figures are shown.
 cargo test --test lost_replies -- --nocapture

@@ -1,4 +1,4 @@
-# Sourced by examples/demo.sh, tests/run.sh, spec/run.sh and .ci/run: makes sure cargo, redis-server, redis-cli, spin and a
+# Sourced by examples/demo.sh, tests/run.sh, spec/run.sh and .ci/run: makes sure cargo, redis-server, spin and a
 # PostgreSQL server (for the fenced-write example's test) are there. Where a server is missing
 # it is installed (as root, with apt-get), or the script stops with one line saying how.
 
@@ -32,14 +32,6 @@ distlock_apt_install() {
 if [ -z "${DISTLOCK_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
   if ! distlock_can_apt || ! distlock_apt_install redis-server redis-server; then
     echo "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install redis-server, macOS: brew install redis) or set DISTLOCK_REDIS_SERVER=/path/to/redis-server" >&2
-    exit 1
-  fi
-fi
-
-# The Cluster tests form their cluster with redis-cli (Debian's redis-server package brings it).
-if [ -z "${DISTLOCK_REDIS_CLI:-}" ] && ! command -v redis-cli >/dev/null 2>&1; then
-  if ! distlock_can_apt || ! distlock_apt_install redis-cli redis-tools; then
-    echo "redis-cli not found (the Redis Cluster tests form their cluster with it): install it (Debian/Ubuntu: sudo apt-get install redis-tools, macOS: brew install redis) or set DISTLOCK_REDIS_CLI=/path/to/redis-cli" >&2
     exit 1
   fi
 fi

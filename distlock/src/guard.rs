@@ -87,6 +87,12 @@ impl Guard {
         self.hold.key.name()
     }
 
+    /// The owner as the scripts store it (see `inspect::Holder::owner`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn owner(&self) -> &str {
+        &self.hold.id.owner
+    }
+
     /// The fencing token, when the lock was taken with
     /// [`fencing(true)`](crate::LockRequest::fencing) (`None` otherwise): a number strictly
     /// greater than that of every earlier fenced acquisition of this lock name (re-entry keeps

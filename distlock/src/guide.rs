@@ -11,6 +11,9 @@
 //!   cycle's cost goes.
 //! * [`verification`]: each property and where it is checked, the test suite, the protocol
 //!   models, fuzzing, the examples.
+//! * `testing` (feature `testing`): testing an application's locked code: a throwaway server
+//!   per test, faults on demand (a lease lost mid-body, a silent or restarted server, lost
+//!   replies), assertions about who holds a lock, an axum handler's tests worked through.
 
 // The guides link to each other with Markdown reference links whose targets are the `.md`
 // files (right where the files are read); these definitions come first, so they win on
@@ -44,3 +47,9 @@ pub mod design {}
 #[doc = guide_links!()]
 #[doc = include_str!("../docs/verification.md")]
 pub mod verification {}
+
+#[cfg(all(feature = "testing", unix))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[doc = guide_links!()]
+#[doc = include_str!("../docs/testing.md")]
+pub mod testing {}

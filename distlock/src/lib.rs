@@ -72,6 +72,7 @@
 //! | `metrics` | lock metrics through the `metrics` facade ([the names](guide::operations#metrics)) |
 //! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] and a body that names nothing internal; `HandlerError`, a handler's error type that any error converts into |
 //! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
+//! | `testing` | for `[dev-dependencies]`: a throwaway Redis per test, faults on demand, lock assertions (`distlock::testing`; the guide: `docs/testing.md`) |
 //!
 //! # Modes
 //!
@@ -203,7 +204,9 @@ mod token;
 mod wait;
 mod watchdog;
 
-pub use client::{default_client, default_quorum_client, set_default, Client, ClientBuilder};
+pub use client::{
+    default_client, default_quorum_client, scope_default, set_default, Client, ClientBuilder,
+};
 pub use config::{
     Replicas, DEFAULT_CONNECTIONS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN, DEFAULT_PREFIX,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RESTART_DELAY, DEFAULT_TTL, DEFAULT_WAIT, MAX_CONNECTIONS,
@@ -222,6 +225,10 @@ pub use runtime::Shutdown;
 pub use token::FencingToken;
 
 pub mod guide;
+
+#[cfg(all(feature = "testing", unix))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 
 /// The error of the `redis` crate this one is built on, which [`Error::Redis`] carries: named
 /// here so that an application using another version of `redis` (or none) can still name it.

@@ -557,7 +557,7 @@ async fn an_election_through_sentinel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_leave_no_leadership_behind() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let name = "e-lossy";
     let ttl = Duration::from_secs(60);
     let locks = connect(&proxy.url()).await;

@@ -216,7 +216,7 @@ async fn check(observer_url: &str, mode: Mode, prefix: &str) {
 async fn lost_reply_tier_keeps_every_mode_safe_and_fast_with_two_percent_of_replies_lost() {
     let server = RedisServer::start();
     let observer_server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let mut clients = Vec::new();
     for _ in 0..2 {
         clients.push(

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 pub use builder::ClientBuilder;
 use builder::Shape;
-pub use default::{default_client, default_quorum_client, set_default};
+pub(crate) use default::scoped_default;
+pub use default::{default_client, default_quorum_client, scope_default, set_default};
 
 use crate::error::Error;
 use crate::lock::LockRequest;

@@ -62,12 +62,20 @@ pub fn client<C: AsLockClient + ?Sized>(client: &C) -> Result<Cow<'static, Clien
     client.lock_client()
 }
 
-/// No `client = ..`: the process default, or [`Error::NoClient`].
+/// No `client = ..`: the task's (`scope_default`), else the process default, else
+/// [`Error::NoClient`].
 pub fn default_client() -> Result<Cow<'static, Client>, Error> {
-    crate::client::default_client().map(Cow::Borrowed)
+    match crate::client::scoped_default() {
+        Some(client) => Ok(Cow::Owned(client)),
+        None => crate::client::default_client().map(Cow::Borrowed),
+    }
 }
 
-/// No `client = ..` in a `mode = "redlock"` fn: the quorum default, or [`Error::NoClient`].
+/// No `client = ..` in a `mode = "redlock"` fn: the task's, else the quorum default, else
+/// [`Error::NoClient`].
 pub fn default_quorum_client() -> Result<Cow<'static, Client>, Error> {
-    crate::client::default_quorum_client().map(Cow::Borrowed)
+    match crate::client::scoped_default() {
+        Some(client) => Ok(Cow::Owned(client)),
+        None => crate::client::default_quorum_client().map(Cow::Borrowed),
+    }
 }

@@ -149,6 +149,15 @@ impl Table {
         self.entries.len()
     }
 
+    /// Makes every lease due now (`distlock::testing::end_lease`: the holder learns at once
+    /// what the server says, as it would at its next renewal).
+    #[cfg(feature = "testing")]
+    pub(super) fn due_now(&mut self, now: Instant) {
+        for e in self.entries.values_mut() {
+            e.due = e.due.min(now);
+        }
+    }
+
     /// A tick: once the earliest lease is due, starts a renewal of every lease at least
     /// half-way to its due time, so they share this tick's pipelines, and returns whether it
     /// started any and when the next lease is due. Drops leases that are lost or past their

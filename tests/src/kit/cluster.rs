@@ -1,13 +1,13 @@
-//! A local Redis Cluster: `redis-server --cluster-enabled yes` processes joined by
-//! `redis-cli --cluster create`.
+//! A local Redis Cluster: the published `distlock::testing::TestCluster` (which starts and
+//! forms it), with what this project's failover tests add: slot owners as the live servers
+//! see them, waiting for a failover and for replication to settle.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use distlock::testing::TestCluster;
 use redis::Value;
 
-use super::binary::ensure_redis_cli_available;
 use super::server::RedisServer;
 use super::wait::wait_until;
 
@@ -48,36 +48,28 @@ impl RedisCluster {
     /// # Panics
     /// As [`start`](Self::start).
     pub fn start_with(masters: usize, replicas: usize, node_timeout_ms: u64) -> Self {
-        let cli = ensure_redis_cli_available().unwrap_or_else(|m| panic!("{m}"));
-        let servers = RedisServer::builder()
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                &node_timeout_ms.to_string(),
-                // A replica whose master is gone may be promoted however stale: the tests
-                // want a failover every time, and check what it costs.
-                "--cluster-replica-validity-factor",
-                "0",
-                // Keep serving the slots that are covered while one is not.
-                "--cluster-require-full-coverage",
-                "no",
-            ])
-            .start_many(masters * (1 + replicas))
-            .into_vec();
-        let mut create = Command::new(cli);
-        create.args(["--cluster", "create"]);
-        create.args(servers.iter().map(RedisServer::addr));
-        create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
-        let out = create.output().expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let formed = TestCluster::builder()
+            .masters(masters)
+            .replicas(replicas)
+            .arg("--cluster-node-timeout")
+            .arg(node_timeout_ms.to_string())
+            // A replica whose master is gone may be promoted however stale: the tests want a
+            // failover every time, and check what it costs.
+            .arg("--cluster-replica-validity-factor")
+            .arg("0")
+            // Keep serving the slots that are covered while one is not.
+            .arg("--cluster-require-full-coverage")
+            .arg("no")
+            // `DEBUG` from loopback, as on the kit's other servers.
+            .arg("--enable-debug-command")
+            .arg("local")
+            .start_blocking()
+            .unwrap_or_else(|e| panic!("forming a cluster: {e}"));
+        let servers = formed
+            .into_servers()
+            .into_iter()
+            .map(RedisServer::from_test_server)
+            .collect();
         let cluster = RedisCluster { servers };
         cluster.wait_settled();
         cluster

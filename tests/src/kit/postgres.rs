@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::procfs;
-use super::server::{die_with_spawning_thread, free_ports, send_signal};
+use super::server::free_ports;
 
 /// Environment variable naming the directory that holds `initdb` and `postgres`; wins over
 /// `PATH` and `/usr/lib/postgresql/*/bin`.
@@ -397,4 +397,39 @@ fn read_from(path: &Path, offset: u64) -> String {
         .unwrap_or(usize::MAX)
         .min(bytes.len());
     String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Makes the child get SIGKILL when the spawning thread exits, so PostgreSQL
+/// never outlives a test process that was itself SIGKILLed. (The Redis servers
+/// get the same from `distlock::testing`, whose spawner thread lives as long as
+/// the process.)
+fn die_with_spawning_thread(command: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only calls the
+    // async-signal-safe prctl, getppid and raise; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect, in which
+            // case no death signal will ever come.
+            if libc::getppid() as u32 != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Only ever called with the pid of an unreaped child of ours, so the pid
+/// cannot have been recycled for somebody else's process.
+fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

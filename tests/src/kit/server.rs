@@ -1,15 +1,15 @@
-//! One foreground `redis-server` child process on a loopback port.
+//! One `redis-server` child process on a loopback port: the published
+//! `distlock::testing::TestServer` (which starts, pauses, restarts and kills it), with what
+//! only this project's tests use on top: TLS, raw probes, `INFO` readings, panicking
+//! shorthands.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
+use distlock::testing::{TestServer, TestServerBuilder};
 use redis::IntoConnectionInfo;
 
 use super::binary::ensure_redis_available;
@@ -17,16 +17,10 @@ use super::procfs;
 use super::servers::RedisServers;
 use super::wait::wait_until;
 
-const POLL_INTERVAL: Duration = Duration::from_millis(5);
-const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
-const SAME_PORT_REBIND_TIMEOUT: Duration = Duration::from_secs(5);
-const SAME_PORT_REBIND_BACKOFF: Duration = Duration::from_millis(20);
-const FRESH_PORT_ATTEMPTS: usize = 5;
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const SIGNAL_STATE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
-const LOG_TAIL_LINES: usize = 30;
+/// How long a TLS listener may take to be up once the plain port answers.
+const TLS_READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keeps `port + 10000` (the cluster bus port) a valid port number, so the
 /// same picker serves `--cluster-enabled yes` servers.
 const MAX_PORT: u16 = u16::MAX - 10_000;
@@ -90,7 +84,7 @@ impl RedisServerBuilder {
         self
     }
 
-    /// Starts the server and waits until it answers PING.
+    /// Starts the server and waits until it answers.
     ///
     /// # Panics
     /// If `redis-server` is missing or does not come up within 10 s; the
@@ -101,8 +95,32 @@ impl RedisServerBuilder {
 
     /// Like [`start`](Self::start) but returns the failure instead of panicking.
     pub fn try_start(&self) -> Result<RedisServer, String> {
-        let mut server = self.spawn(free_ports(1)?[0])?;
-        server.wait_ready(PortConflict::PickNewPort)?;
+        let binary = ensure_redis_available()?;
+        let tls_port = match &self.tls {
+            Some(_) => Some(free_ports(1)?[0]),
+            None => None,
+        };
+        let mut builder = TestServer::builder()
+            .binary(binary)
+            // `DEBUG` from loopback, for the tests that make the server sleep.
+            .arg("--enable-debug-command")
+            .arg("local");
+        if let Some(config) = &self.config_file {
+            builder = builder.config_file(config);
+        }
+        if let (Some(files), Some(port)) = (&self.tls, tls_port) {
+            builder = tls_args(builder, files, port);
+        }
+        for arg in &self.args {
+            builder = builder.arg(arg.clone());
+        }
+        let inner = builder.start_blocking().map_err(|e| e.to_string())?;
+        let server = RedisServer {
+            inner,
+            password: requirepass(&self.args),
+            tls_port,
+        };
+        server.wait_tls()?;
         Ok(server)
     }
 
@@ -116,74 +134,35 @@ impl RedisServerBuilder {
 
     /// Like [`start_many`](Self::start_many) but returns the failure instead of panicking.
     pub fn try_start_many(&self, n: usize) -> Result<RedisServers, String> {
-        // All processes are spawned from this thread (PR_SET_PDEATHSIG is
-        // tied to the spawning thread) and boot concurrently; only the
-        // readiness checks are sequential.
-        let mut servers = free_ports(n)?
-            .into_iter()
-            .map(|port| self.spawn(port))
+        let servers = (0..n)
+            .map(|_| self.try_start())
             .collect::<Result<Vec<_>, _>>()?;
-        for server in &mut servers {
-            server.wait_ready(PortConflict::PickNewPort)?;
-        }
         Ok(RedisServers::from_vec(servers))
-    }
-
-    fn spawn(&self, port: u16) -> Result<RedisServer, String> {
-        let binary = ensure_redis_available()?;
-        let dir = tempfile::Builder::new()
-            .prefix("distlock-redis-")
-            .tempdir()
-            .map_err(|e| format!("creating a temp dir for redis-server: {e}"))?;
-        let mut server = RedisServer {
-            binary,
-            config_file: self.config_file.clone(),
-            password: requirepass(&self.args),
-            args: self.args.clone(),
-            port,
-            tls: self.tls.clone(),
-            tls_port: None,
-            child: None,
-            pid: 0,
-            paused: false,
-            log_mark: LogMark::default(),
-            dir,
-        };
-        server.launch()?;
-        Ok(server)
     }
 }
 
-/// A real `redis-server` run as a foreground child process of this process.
-///
-/// The server listens on `127.0.0.1` on a free port, keeps no data on disk
-/// (`--save ""`, `--appendonly no`, a private temp dir) and allows `DEBUG`
-/// from loopback. Dropping it (also while unwinding from a failed test)
-/// kills and reaps the process.
-///
-/// # Process lifetime caveat
-/// The child is spawned with `PR_SET_PDEATHSIG = SIGKILL`, so it dies even if
-/// this process is killed with SIGKILL. Linux delivers that signal when the
-/// *thread* that spawned the child exits, not the process. Start servers
-/// (including [`restart`](Self::restart)) from the test's own thread or the
-/// thread that owns the Tokio runtime — never from `spawn_blocking` or a
-/// short-lived helper thread, or the server dies when that thread ends.
+fn tls_args(builder: TestServerBuilder, files: &TlsFiles, port: u16) -> TestServerBuilder {
+    builder
+        .arg("--tls-port")
+        .arg(port.to_string())
+        .arg("--tls-cert-file")
+        .arg(files.cert.display().to_string())
+        .arg("--tls-key-file")
+        .arg(files.key.display().to_string())
+        .arg("--tls-auth-clients")
+        .arg("no")
+}
+
+/// A real `redis-server` run as a child process of this process: a
+/// [`distlock::testing::TestServer`] (on `127.0.0.1`, a free port, nothing on
+/// disk, killed and reaped on drop, also while unwinding from a failed test),
+/// which also allows `DEBUG` from loopback here.
 #[derive(Debug)]
 pub struct RedisServer {
-    binary: PathBuf,
-    config_file: Option<PathBuf>,
-    args: Vec<String>,
+    inner: TestServer,
     password: Option<String>,
-    port: u16,
-    tls: Option<TlsFiles>,
     /// The TLS listener's port, when started with [`RedisServerBuilder::tls`].
     tls_port: Option<u16>,
-    child: Option<Child>,
-    pid: u32,
-    paused: bool,
-    log_mark: LogMark,
-    // Declared last: the directory must outlive the process writing into it.
-    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -209,20 +188,29 @@ impl RedisServer {
         RedisServerBuilder::default()
     }
 
+    /// The kit's handle on a server `distlock::testing` started (a cluster's node).
+    pub(crate) fn from_test_server(inner: TestServer) -> Self {
+        RedisServer {
+            inner,
+            password: None,
+            tls_port: None,
+        }
+    }
+
     /// TCP port the server listens on (stable across [`restart`](Self::restart)).
     pub fn port(&self) -> u16 {
-        self.port
+        self.inner.port()
     }
 
     /// `"127.0.0.1:<port>"`.
     pub fn addr(&self) -> String {
-        self.socket_addr().to_string()
+        self.inner.addr()
     }
 
     /// `"redis://127.0.0.1:<port>/"` (without credentials, even when
     /// `--requirepass` was given; see [`connection_info`](Self::connection_info)).
     pub fn url(&self) -> String {
-        format!("redis://{}/", self.addr())
+        self.inner.url()
     }
 
     /// `"rediss://127.0.0.1:<tls port>/"` for a server started with
@@ -250,51 +238,34 @@ impl RedisServer {
 
     /// OS process id of the current (or, after [`kill`](Self::kill), the last) server process.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.inner.pid()
     }
 
     /// The server's log file (kept across restarts, removed on drop).
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
+        self.inner.log_path()
     }
 
     /// Whether the server process exists and has not exited (a paused
     /// server counts as running).
     pub fn is_running(&self) -> bool {
-        self.child.is_some() && !matches!(procfs::process_state(self.pid), None | Some('Z' | 'X'))
+        self.inner.is_running()
     }
 
     /// Whether [`pause`](Self::pause) is in effect.
     pub fn is_paused(&self) -> bool {
-        self.paused
+        self.inner.is_paused()
     }
 
     /// Kills the server with SIGKILL and reaps it. Idempotent.
     pub fn kill(&mut self) {
-        self.reap();
+        self.inner.kill();
     }
 
     /// Shuts the server down gracefully: SIGTERM, then wait for exit
     /// (SIGKILL after 10 s). No data is persisted. Idempotent.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // A stopped process would only act on SIGTERM once continued.
-        self.continue_if_paused();
-        let _ = send_signal(self.pid, libc::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
-                Ok(Some(_)) => return,
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
-            }
-        }
+        self.inner.stop();
     }
 
     /// Freezes the server with SIGSTOP: connections stay open but nothing is
@@ -303,75 +274,56 @@ impl RedisServer {
     /// # Panics
     /// If the server is not running.
     pub fn pause(&mut self) {
-        assert!(
-            self.is_running(),
-            "pause(): redis-server on port {} is not running",
-            self.port
-        );
-        if self.paused {
-            return;
-        }
-        send_signal(self.pid, libc::SIGSTOP)
-            .unwrap_or_else(|e| panic!("SIGSTOP to redis-server pid {}: {e}", self.pid));
-        self.paused = true;
-        let pid = self.pid;
-        assert!(
-            wait_until(SIGNAL_STATE_TIMEOUT, || procfs::is_stopped(pid)),
-            "redis-server pid {pid} did not stop after SIGSTOP"
-        );
+        self.inner
+            .pause()
+            .unwrap_or_else(|e| panic!("pause(): {e}"));
+        debug_assert!(procfs::is_stopped(self.pid()) || !self.is_running());
     }
 
     /// Bytes sent to this server and not yet read by it, over all its connections: while it
     /// is [`pause`](Self::pause)d, what reached it since (a request written, as an event).
     pub fn unread_bytes(&self) -> u64 {
-        procfs::unread_bytes_at(self.port)
+        procfs::unread_bytes_at(self.port())
     }
 
     /// Undoes [`pause`](Self::pause) with SIGCONT. No-op if not paused.
+    ///
+    /// # Panics
+    /// If the process cannot be continued.
     pub fn resume(&mut self) {
-        if !self.paused {
-            return;
-        }
-        self.continue_if_paused();
-        let pid = self.pid;
+        self.inner
+            .resume()
+            .unwrap_or_else(|e| panic!("resume(): {e}"));
+        let pid = self.pid();
         assert!(
             wait_until(SIGNAL_STATE_TIMEOUT, || !procfs::is_stopped(pid)),
             "redis-server pid {pid} did not continue after SIGCONT"
         );
     }
 
-    /// Starts a fresh, empty server on the same port with the same
-    /// arguments after [`kill`](Self::kill)/[`stop`](Self::stop) (or after
-    /// the server exited by itself), and waits until it answers PING.
+    /// Starts a fresh process on the same port after [`kill`](Self::kill) or
+    /// [`stop`](Self::stop) (data is gone), waiting for the port to be free.
     ///
     /// # Panics
-    /// If the server is still running, or the port could not be bound again
-    /// within ~5 s, or the new server does not come up.
+    /// If the server is still running or does not come back.
     pub fn restart(&mut self) {
         self.try_restart().unwrap_or_else(|msg| panic!("{msg}"));
     }
 
     /// Like [`restart`](Self::restart) but returns the failure instead of panicking.
     pub fn try_restart(&mut self) -> Result<(), String> {
-        if let Some(child) = self.child.as_mut() {
-            match child.try_wait() {
-                // It exited on its own (SHUTDOWN, DEBUG SEGFAULT, ...).
-                Ok(Some(_)) => self.child = None,
-                _ => {
-                    return Err(format!(
-                        "restart(): redis-server on port {} is still running; call kill() or stop() first",
-                        self.port
-                    ))
-                }
-            }
+        if self.is_running() {
+            return Err(format!(
+                "restart(): redis-server on port {} is still running; kill() or stop() it first",
+                self.port()
+            ));
         }
-        self.paused = false;
-        self.launch()?;
-        self.wait_ready(PortConflict::RetrySamePort)
+        self.inner.restart_blocking().map_err(|e| e.to_string())?;
+        self.wait_tls()
     }
 
-    /// Sends a raw RESP `PING` and waits up to `timeout` (for connect, write
-    /// and read each) for `+PONG`, or `-NOAUTH` from a password-protected server.
+    /// Sends a raw `PING` over a fresh TCP connection; `Ok` on `+PONG` (or
+    /// `-NOAUTH` from a password-protected server, which still proves it is up).
     pub fn ping(&self, timeout: Duration) -> io::Result<()> {
         raw_ping(self.socket_addr(), timeout)
     }
@@ -440,233 +392,23 @@ impl RedisServer {
     }
 
     fn socket_addr(&self) -> SocketAddr {
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port).into()
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port()).into()
     }
 
-    fn stdio_path(&self) -> PathBuf {
-        self.dir.path().join("redis.stdio")
-    }
-
-    fn launch(&mut self) -> Result<(), String> {
-        debug_assert!(self.child.is_none(), "launch() over a live child");
-        let stdio_path = self.stdio_path();
-        let stdout = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&stdio_path)
-            .map_err(|e| format!("opening {}: {e}", stdio_path.display()))?;
-        let stderr = stdout
-            .try_clone()
-            .map_err(|e| format!("duplicating {}: {e}", stdio_path.display()))?;
-        self.log_mark = LogMark::at_end_of(&self.log_path(), &stdio_path);
-        if self.tls.is_some() && self.tls_port.is_none() {
-            self.tls_port = Some(free_ports_except(1, self.port)?[0]);
+    /// Waits for the TLS listener, when there is one (the plain port answered already).
+    fn wait_tls(&self) -> Result<(), String> {
+        let (pid, Some(port)) = (self.pid(), self.tls_port) else {
+            return Ok(());
+        };
+        if wait_until(TLS_READY_TIMEOUT, || {
+            procfs::owns_loopback_listener(pid, port)
+        }) {
+            Ok(())
+        } else {
+            Err(format!(
+                "redis-server pid {pid} did not listen for TLS on port {port}"
+            ))
         }
-
-        let mut command = Command::new(&self.binary);
-        if let Some(config) = &self.config_file {
-            command.arg(config);
-        }
-        command
-            .arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.log_path())
-            .args(["--enable-debug-command", "local", "--protected-mode", "no"])
-            .args(self.tls_args())
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr);
-        die_with_spawning_thread(&mut command);
-        let child = command
-            .spawn()
-            .map_err(|e| format!("spawning {}: {e}", self.binary.display()))?;
-        self.pid = child.id();
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn wait_ready(&mut self, on_conflict: PortConflict) -> Result<(), String> {
-        let first_launch = Instant::now();
-        let mut ports_tried = 1;
-        loop {
-            match self.await_current_launch() {
-                Launch::Ready => return Ok(()),
-                Launch::Failed(msg) => return Err(msg),
-                Launch::AddrInUse => match on_conflict {
-                    PortConflict::PickNewPort if ports_tried < FRESH_PORT_ATTEMPTS => {
-                        ports_tried += 1;
-                        self.port = free_ports(1)?[0];
-                        // Either listener may have lost its port: pick both again.
-                        self.tls_port = None;
-                    }
-                    // Backoff, not synchronisation: there is no event for
-                    // "another process released the port".
-                    PortConflict::RetrySamePort
-                        if first_launch.elapsed() < SAME_PORT_REBIND_TIMEOUT =>
-                    {
-                        thread::sleep(SAME_PORT_REBIND_BACKOFF);
-                    }
-                    _ => {
-                        return Err(format!(
-                        "redis-server could not bind 127.0.0.1:{} (address in use), giving up\n{}",
-                        self.port,
-                        self.log_tail()
-                    ))
-                    }
-                },
-            }
-            self.launch()?;
-        }
-    }
-
-    fn await_current_launch(&mut self) -> Launch {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let Some(child) = self.child.as_mut() else {
-                return Launch::Failed("internal error: no redis-server child to wait for".into());
-            };
-            match child.try_wait() {
-                Ok(None) => {}
-                Ok(Some(status)) => {
-                    self.child = None;
-                    let output = self.output_since_launch();
-                    if output.contains("Address already in use") {
-                        return Launch::AddrInUse;
-                    }
-                    return Launch::Failed(format!(
-                        "redis-server for port {} exited ({status}) before answering PING\n{}",
-                        self.port,
-                        tail(&output)
-                    ));
-                }
-                Err(e) => {
-                    return Launch::Failed(format!(
-                        "waiting for redis-server pid {}: {e}",
-                        self.pid
-                    ))
-                }
-            }
-            if self.ping(PROBE_TIMEOUT).is_ok()
-                && procfs::owns_loopback_listener(self.pid, self.port)
-                && self
-                    .tls_port
-                    .is_none_or(|port| procfs::owns_loopback_listener(self.pid, port))
-            {
-                return Launch::Ready;
-            }
-            if Instant::now() >= deadline {
-                return Launch::Failed(format!(
-                    "redis-server pid {} did not answer PING on {} within {READY_TIMEOUT:?}\n{}",
-                    self.pid,
-                    self.addr(),
-                    self.log_tail()
-                ));
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
-    }
-
-    fn tls_args(&self) -> Vec<String> {
-        match (&self.tls, self.tls_port) {
-            (Some(files), Some(port)) => vec![
-                "--tls-port".into(),
-                port.to_string(),
-                "--tls-cert-file".into(),
-                files.cert.display().to_string(),
-                "--tls-key-file".into(),
-                files.key.display().to_string(),
-                "--tls-auth-clients".into(),
-                "no".into(),
-            ],
-            _ => Vec::new(),
-        }
-    }
-
-    fn continue_if_paused(&mut self) {
-        if self.paused {
-            let _ = send_signal(self.pid, libc::SIGCONT);
-            self.paused = false;
-        }
-    }
-
-    /// SIGKILL + wait; never panics because it also runs from `Drop`.
-    fn reap(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            self.continue_if_paused();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
-    }
-
-    fn output_since_launch(&self) -> String {
-        let log = read_from(&self.log_path(), self.log_mark.log);
-        let stdio = read_from(&self.stdio_path(), self.log_mark.stdio);
-        format!("{stdio}{log}")
-    }
-
-    fn log_tail(&self) -> String {
-        tail(&self.output_since_launch())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.reap();
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum PortConflict {
-    PickNewPort,
-    RetrySamePort,
-}
-
-enum Launch {
-    Ready,
-    AddrInUse,
-    Failed(String),
-}
-
-/// Where the current launch's output starts in the (append-only) log files.
-#[derive(Debug, Default, Clone, Copy)]
-struct LogMark {
-    log: u64,
-    stdio: u64,
-}
-
-impl LogMark {
-    fn at_end_of(log: &Path, stdio: &Path) -> Self {
-        let len = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        Self {
-            log: len(log),
-            stdio: len(stdio),
-        }
-    }
-}
-
-fn read_from(path: &Path, offset: u64) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return String::new();
-    };
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(bytes.len());
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-fn tail(output: &str) -> String {
-    let lines: Vec<&str> = output.lines().collect();
-    let shown = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
-    if shown.is_empty() {
-        "--- server log is empty ---".to_owned()
-    } else {
-        format!("--- server log tail ---\n{}", shown.join("\n"))
     }
 }
 
@@ -723,39 +465,6 @@ fn raw_ping(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
             "unexpected reply to PING: {:?}",
             String::from_utf8_lossy(&reply)
         )))
-    }
-}
-
-/// Makes the child get SIGKILL when the spawning thread exits, so servers
-/// never outlive a test process that was itself SIGKILLed.
-pub(crate) fn die_with_spawning_thread(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the
-    // async-signal-safe prctl, getppid and raise; it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect, in which
-            // case no death signal will ever come.
-            if libc::getppid() as u32 != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Only ever called with the pid of an unreaped child of ours, so the pid
-/// cannot have been recycled for somebody else's process.
-pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

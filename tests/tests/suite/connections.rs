@@ -345,7 +345,7 @@ async fn answers_stay_with_their_requests(client: &Client, held: &str, rounds: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_request() {
     let server = RedisServer::start();
-    let proxy = distlock_testkit::FaultProxy::start_for(&server);
+    let proxy = distlock_testkit::FaultProxy::start(&server.addr()).expect("fault proxy");
     let client = Client::connect(&proxy.url()).await.expect("connect");
     let other = common::client(&server).await;
     let held = other
@@ -405,7 +405,7 @@ async fn requests_dropped_mid_flight_leave_every_later_answer_with_its_own_reque
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_later_than_the_response_timeout_times_out_and_is_dropped_when_it_comes() {
     let server = RedisServer::start();
-    let proxy = distlock_testkit::FaultProxy::start_for(&server);
+    let proxy = distlock_testkit::FaultProxy::start(&server.addr()).expect("fault proxy");
     let client = Client::builder(&proxy.url())
         .response_timeout(Duration::from_millis(200))
         .connect()

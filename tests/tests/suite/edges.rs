@@ -15,7 +15,7 @@ use distlock_testkit::{wait_until_async, FaultProxy, RedisServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_release_of_a_lost_lease_is_not_reported_as_released() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::connect(&proxy.url()).await.expect("connect");
     // The release script loaded, so that the reply dropped below is the release's own.
     let warm = locks.lock("warm").try_acquire().await.expect("free");
@@ -219,7 +219,7 @@ async fn no_client_or_error_prints_a_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_rides_out_a_short_outage() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::builder(&proxy.url())
         .response_timeout(Duration::from_secs(5))
         .connect()

@@ -200,7 +200,7 @@ async fn server_lease(raw: &MultiplexedConnection, name: &str, mode: &str) -> i6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_that_finds_its_own_hold_renews_the_lease_the_guard_trusts() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::builder(&proxy.url())
         .response_timeout(Duration::from_millis(100))
         .connect()
@@ -399,7 +399,7 @@ async fn a_cancelled_acquire_is_given_back_once_the_server_answers() {
 #[tokio::test]
 async fn a_release_cancelled_or_failed_while_the_connection_is_down_still_frees_the_lock() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::connect(&proxy.url())
         .await
         .expect("connect through the proxy");
@@ -454,7 +454,7 @@ async fn command_calls(raw: &MultiplexedConnection, cmd: &str) -> u64 {
 #[tokio::test]
 async fn a_lost_acquire_reply_is_recognised_by_the_retry_with_and_without_fencing() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::connect(&proxy.url())
         .await
         .expect("connect through the proxy");

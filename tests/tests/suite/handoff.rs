@@ -320,7 +320,7 @@ async fn dropped_release_after_it_was_sent(
 ) {
     // Replies come late through the proxy, so the release runs on the server while its
     // future is still pending.
-    let proxy = FaultProxy::start_for(server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::builder(&proxy.url())
         .local_handoff(8, Duration::from_secs(3600))
         .connections(connections)

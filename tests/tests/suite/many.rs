@@ -349,7 +349,7 @@ async fn a_fenced_set_has_one_token_above_each_names_tokens_before_and_after() {
 #[tokio::test]
 async fn a_dropped_or_failed_acquisition_leaves_no_name_taken() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::connect(&proxy.url()).await.expect("connect");
     let names = ["d-a", "d-b", "d-c"];
     let none = || async { values(&server, &names).await.iter().all(Option::is_none) };

@@ -669,7 +669,7 @@ async fn lock_keys(server: &RedisServer) -> Vec<String> {
 async fn lost_replies_leave_nothing_behind() {
     let server = RedisServer::start();
     let observer_server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let mut clients = Vec::new();
     for _ in 0..2 {
         clients.push(

@@ -101,7 +101,7 @@ async fn shutdown_releases_held_locks_ends_waits_and_leaves_no_task() {
 #[tokio::test]
 async fn shutdown_waits_for_the_releases_on_their_way() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::connect(&proxy.url()).await.expect("connect");
     let guard = locks.lock("slow").try_acquire().await.expect("free");
     // Every byte from now on takes a while each way.
@@ -120,7 +120,7 @@ async fn shutdown_waits_for_the_releases_on_their_way() {
 #[tokio::test]
 async fn a_silent_server_bounds_nothing_but_the_report() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let locks = Client::builder(&proxy.url())
         .response_timeout(Duration::from_secs(1))
         .connect()

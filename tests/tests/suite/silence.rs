@@ -56,7 +56,7 @@ async fn subscriptions(server: &RedisServer, pattern: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_reopened() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let client = Client::connect(&proxy.url()).await.expect("connect");
     let guard = client.lock("warm").try_acquire().await.expect("free");
     guard.release().await.expect("release");
@@ -83,7 +83,7 @@ async fn a_silent_connection_is_reopened() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_hears_a_release_made_after_a_freeze() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let holder = held_elsewhere(&server, "awaited").await;
     let client = Client::connect(&proxy.url()).await.expect("connect");
     let waiter = spawn_waiter(&client, "awaited");
@@ -101,7 +101,7 @@ async fn a_waiter_hears_a_release_made_after_a_freeze() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_keep_the_lease_across_a_freeze() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let client = Client::connect(&proxy.url()).await.expect("connect");
     let ttl = Duration::from_secs(6);
     let guard = client
@@ -136,7 +136,7 @@ async fn renewals_keep_the_lease_across_a_freeze() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_subscribe_confirmation_leaves_the_channel_subscribed() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let client = Client::connect(&proxy.url()).await.expect("connect");
     for round in 0..6 {
         let name = format!("awaited-{round}");
@@ -164,7 +164,7 @@ async fn a_dropped_subscribe_confirmation_leaves_the_channel_subscribed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_subscriptions_connection_is_replaced() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     proxy.note_sending(b"SUBSCRIBE");
     let holder = held_elsewhere(&server, "awaited").await;
     let client = Client::connect(&proxy.url()).await.expect("connect");
@@ -227,7 +227,7 @@ async fn woken_by_the_release(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_subscribe_confirmations_keep_waiters_woken() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let mut clients = Vec::new();
     for _ in 0..2 {
         let client = Client::builder(&proxy.url())

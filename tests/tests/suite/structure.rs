@@ -12,7 +12,7 @@
 //! | local state | handoff, channels, notify, probe, holds, wait |
 //! | acquisition | runtime, lock, guard |
 //! | facade | client, inspect, election, fenced |
-//! | support | private (`__private`), cli, fuzz, the crate root, bin |
+//! | support | private (`__private`), cli, fuzz, testing, the crate root, bin |
 //!
 //! Within a layer, modules import each other one way only. A module that is not in the table
 //! fails the test: each new one is placed on purpose.
@@ -59,7 +59,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("acquisition", &["runtime", "lock", "guard"]),
     ("facade", &["client", "inspect", "election", "fenced"]),
-    ("support", &["private", "cli", "fuzz", "lib", "bin"]),
+    (
+        "support",
+        &["private", "cli", "fuzz", "testing", "lib", "bin"],
+    ),
 ];
 
 /// The layer of a module by its name (the crate root's items count as the root's).

@@ -157,7 +157,7 @@ async fn pttl_of(server: &RedisServer, key: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_the_subscriptions_connection_is_down_is_caught_once_it_is_back() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     // Only the subscriptions' connection sends SUBSCRIBE.
     proxy.note_sending(b"SUBSCRIBE");
     let holder = client(&server).await;

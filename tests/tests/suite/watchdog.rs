@@ -226,7 +226,7 @@ async fn a_thousand_held_locks_are_renewed_in_one_round_trip_per_tick() {
 async fn a_renewal_answered_after_the_node_timeout_still_counts() {
     let mut servers = RedisServers::start(2);
     let slow = RedisServer::start();
-    let proxy = FaultProxy::start_for(&slow);
+    let proxy = FaultProxy::start(&slow.addr()).expect("fault proxy");
     let node_timeout = Duration::from_millis(100);
     let locks = Client::quorum_builder([servers[0].url(), servers[1].url(), proxy.url()])
         .node_timeout(node_timeout)

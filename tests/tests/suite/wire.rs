@@ -98,7 +98,7 @@ async fn held_elsewhere(server: &RedisServer, name: &str) -> distlock::Guard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_and_attributes_before_replies_never_become_answers() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let _held = held_elsewhere(&server, "held").await;
     for connections in [1, 2, 3] {
         let client = Client::builder(&proxy.url())
@@ -581,7 +581,7 @@ fn a_closed_socket_with_calls_in_flight_costs_no_cpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_caller_does_not_stall_the_others() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     for connections in [1, 2, 3] {
         let client = Client::builder(&proxy.url())
             .connections(connections)

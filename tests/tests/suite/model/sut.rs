@@ -12,7 +12,7 @@ impl Sut {
             .build()
             .expect("runtime");
         let proxies: Vec<FaultProxy> = (0..CLIENTS)
-            .map(|_| FaultProxy::start_for(&server()))
+            .map(|_| FaultProxy::start(&server().addr()).expect("fault proxy"))
             .collect();
         let clients = proxies
             .iter()

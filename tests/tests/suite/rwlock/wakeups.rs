@@ -45,7 +45,7 @@ async fn a_writers_release_wakes_every_waiting_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_that_join_a_subscription_after_an_unheard_release_check_again() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("fault proxy");
     let holder = client(&server).await;
     let readers_client = Client::connect(&proxy.url())
         .await

@@ -1,10 +1,24 @@
 //! Tests of the proxy's faults through real connections to a real server.
 
 use super::*;
-use crate::wait_until;
 use redis::IntoConnectionInfo;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Polls `condition` until it holds or `timeout` passes (a condition of the proxy thread's,
+/// which has no event of its own to wait on).
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
 
 /// A connection without the `CLIENT SETINFO` handshake, so connecting
 /// is a bare TCP connect and every reply on the wire answers one of the
@@ -35,10 +49,14 @@ fn raw_ping(stream: &mut std::net::TcpStream) -> io::Result<usize> {
     stream.read(&mut [0; 64])
 }
 
-fn get(server: &RedisServer, key: &str) -> Option<String> {
+fn get(server: &TestServer, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)
-        .query(&mut server.connection())
+        .query(
+            &mut redis::Client::open(server.url())
+                .and_then(|c| c.get_connection())
+                .expect("connection"),
+        )
         .expect("GET on the server")
 }
 
@@ -68,8 +86,8 @@ fn handle_is_send_and_sync() {
 
 #[test]
 fn forwards_commands_both_ways() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     assert_eq!(proxy.addr(), format!("127.0.0.1:{}", proxy.port()));
     assert_eq!(proxy.url(), format!("redis://127.0.0.1:{}/", proxy.port()));
     assert_eq!(proxy.upstream(), server.addr());
@@ -105,8 +123,8 @@ fn forwards_commands_both_ways() {
 
 #[test]
 fn drop_next_reply_loses_the_reply_but_not_the_write() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut conn = connect(&proxy.url()).expect("connect");
     ping(&mut conn).expect("PING");
 
@@ -130,8 +148,8 @@ fn drop_next_reply_loses_the_reply_but_not_the_write() {
 
 #[test]
 fn blackhole_swallows_requests_until_turned_off() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut conn = connect(&proxy.url()).expect("connect");
     ping(&mut conn).expect("PING");
 
@@ -163,8 +181,8 @@ fn read_exactly(stream: &mut std::net::TcpStream, want: usize) -> io::Result<Vec
 #[test]
 fn freeze_stops_open_connections_and_lets_new_ones_pass() {
     use std::io::Write;
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut frozen = std::net::TcpStream::connect(proxy.addr()).expect("TCP connect");
     assert!(raw_ping(&mut frozen).expect("raw PING") > 0);
 
@@ -208,8 +226,8 @@ fn freeze_stops_open_connections_and_lets_new_ones_pass() {
 
 #[test]
 fn freeze_noted_stops_only_the_noted_connections() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.note_sending(b"marked-connection");
     let mut marked = connect(&proxy.url()).expect("connect marked");
     let mut other = connect(&proxy.url()).expect("connect other");
@@ -231,8 +249,8 @@ const PUSH: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n";
 #[test]
 fn an_injected_push_goes_before_the_next_reply() {
     use std::io::Write;
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut raw = std::net::TcpStream::connect(proxy.addr()).expect("TCP connect");
     raw.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
     proxy.inject_push(PUSH);
@@ -260,8 +278,8 @@ fn an_injected_push_goes_before_the_next_reply() {
 
 #[test]
 fn drop_next_reply_containing_drops_only_that_reply() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut conn = connect(&proxy.url()).expect("connect");
     proxy.drop_next_reply_containing(b"marker");
     assert_eq!(
@@ -281,8 +299,8 @@ fn drop_next_reply_containing_drops_only_that_reply() {
 
 #[test]
 fn latency_delays_each_direction() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut conn = connect(&proxy.url()).expect("connect");
     ping(&mut conn).expect("PING");
 
@@ -302,8 +320,8 @@ fn latency_delays_each_direction() {
 
 #[test]
 fn jitter_never_reorders_chunks() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.seed(3);
     proxy.latency(Duration::from_millis(1), Duration::from_millis(20));
     let mut conn = connect(&proxy.url()).expect("connect");
@@ -319,9 +337,7 @@ fn jitter_never_reorders_chunks() {
             .get_packed_command();
         conn.send_packed_command(&cmd).expect("send APPEND");
         assert!(
-            wait_until(TIMEOUT, || {
-                proxy.shared.requests_read.load(Ordering::SeqCst) == i + 1
-            }),
+            wait_until(TIMEOUT, || { proxy.requests_read() == i + 1 }),
             "the proxy did not read APPEND #{i}"
         );
         expected.push_str(&format!("{i},"));
@@ -342,8 +358,8 @@ fn jitter_never_reorders_chunks() {
 
 #[test]
 fn refuse_new_resets_new_connections_only() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut established = connect(&proxy.url()).expect("connect");
     ping(&mut established).expect("PING");
 
@@ -363,8 +379,8 @@ fn refuse_new_resets_new_connections_only() {
 
 #[test]
 fn reset_all_breaks_open_connections() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let mut a = connect(&proxy.url()).expect("connect a");
     let mut b = connect(&proxy.url()).expect("connect b");
     ping(&mut a).expect("PING a");
@@ -388,8 +404,8 @@ fn reset_all_breaks_open_connections() {
 
 #[test]
 fn reset_noted_breaks_only_the_connections_that_sent_the_pattern() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.note_sending(b"marked-connection");
     let mut marked = connect(&proxy.url()).expect("connect marked");
     let mut other = connect(&proxy.url()).expect("connect other");
@@ -403,13 +419,11 @@ fn reset_noted_breaks_only_the_connections_that_sent_the_pattern() {
         // The pattern split over two writes, read as two chunks.
         use std::io::{Read, Write};
         split.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-        let before = proxy.shared.requests_read.load(Ordering::SeqCst);
+        let before = proxy.requests_read();
         split
             .write_all(b"*2\r\n$4\r\nECHO\r\n$17\r\nmarked-")
             .expect("write");
-        assert!(wait_until(TIMEOUT, || {
-            proxy.shared.requests_read.load(Ordering::SeqCst) > before
-        }));
+        assert!(wait_until(TIMEOUT, || { proxy.requests_read() > before }));
         split.write_all(b"connection\r\n").expect("write");
         assert!(split.read(&mut [0; 64]).expect("ECHO reply") > 0);
     }
@@ -432,8 +446,8 @@ fn reset_noted_breaks_only_the_connections_that_sent_the_pattern() {
 
 #[test]
 fn random_reply_drops_still_apply_the_writes() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.seed(7);
     proxy.drop_replies(0.2);
     let attempts = 200;
@@ -454,8 +468,8 @@ fn random_reply_drops_still_apply_the_writes() {
 
 #[test]
 fn seed_replays_the_same_drops() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.drop_replies(0.3);
     proxy.seed(11);
     let first = incr_through(&proxy, "a", 50);
@@ -467,8 +481,8 @@ fn seed_replays_the_same_drops() {
 
 #[test]
 fn clear_turns_every_fault_off() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     proxy.drop_replies(1.0);
     proxy.drop_next_reply();
     proxy.blackhole(true);
@@ -484,8 +498,8 @@ fn clear_turns_every_fault_off() {
 
 #[test]
 fn dropping_the_proxy_closes_its_connections() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
     let url = proxy.url();
     let mut conn = connect(&url).expect("connect");
     ping(&mut conn).expect("PING");
@@ -496,16 +510,49 @@ fn dropping_the_proxy_closes_its_connections() {
 
 #[test]
 fn keeps_forwarding_while_the_callers_runtime_is_blocked() {
-    let server = RedisServer::start();
+    let server = TestServer::builder().start_blocking().expect("server");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     runtime.block_on(async {
-        let proxy = FaultProxy::start_for(&server);
+        let proxy = FaultProxy::in_front_of(&server).expect("proxy");
         // Blocking calls on the only thread of this runtime.
         assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
         // Dropping inside an async context must not panic.
         drop(proxy);
     });
+}
+
+#[test]
+fn bad_settings_are_taken_in_range_not_panicked_on() {
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
+    proxy.drop_replies(f64::NAN);
+    proxy.drop_replies(-1.0);
+    proxy.drop_replies_containing(b"", 0.5);
+    proxy.drop_replies_containing(b"PONG", 7.0);
+    proxy.drop_next_reply_containing(b"");
+    proxy.note_sending(b"");
+    proxy.inject_push(b"");
+    proxy.clear();
+    // Still a working proxy, with nothing dropped.
+    assert_eq!(connect_and_ping(&proxy.url()).expect("PING"), "PONG");
+    assert_eq!(proxy.replies_dropped(), 0);
+    assert!(FaultProxy::start("not an address").is_err());
+}
+
+#[test]
+fn drop_next_replies_loses_exactly_n_replies_and_none_of_the_writes() {
+    let server = TestServer::builder().start_blocking().expect("server");
+    let proxy = FaultProxy::in_front_of(&server).expect("proxy");
+    proxy.drop_next_replies(3);
+    // Each lost reply resets its connection; the INCR after it goes on a new one.
+    assert_eq!(incr_through(&proxy, "n", 5), [0, 1, 2]);
+    assert_eq!(proxy.replies_dropped(), 3);
+    // Every INCR reached the server, those whose replies were lost included.
+    assert_eq!(get(&server, "n").as_deref(), Some("5"));
+    proxy.drop_next_replies(2);
+    proxy.drop_next_replies(0); // replaced: off
+    assert!(incr_through(&proxy, "n", 2).is_empty());
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
-use super::server::RedisServer;
+use super::TestServer;
 use pump::accept_loop;
 use state::{lock, Shared, SplitMix64};
 
@@ -38,15 +38,18 @@ const RESET_ALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`url`](Self::url):
 ///
 /// ```no_run
-/// use distlock_testkit::{FaultProxy, RedisServer};
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::testing::{FaultProxy, TestServer};
 ///
-/// let server = RedisServer::start();
-/// let proxy = FaultProxy::start_for(&server);
-/// let mut conn = redis::Client::open(proxy.url())?.get_connection()?;
-/// // The SET reaches the server, but its reply is lost and the client sees a reset.
-/// proxy.drop_next_reply();
-/// assert!(redis::cmd("SET").arg("k").arg("v").exec(&mut conn).is_err());
-/// # Ok::<(), redis::RedisError>(())
+/// let server = TestServer::start().await?;
+/// let proxy = FaultProxy::in_front_of(&server)?;
+/// let locks = distlock::Client::connect(&proxy.url()).await?;
+/// // The acquire reaches the server, but its reply is lost and the connection reset:
+/// // the client sends it again on a new connection, and takes the lock once.
+/// proxy.drop_next_replies(1);
+/// let guard = locks.lock("job:1").acquire().await?;
+/// assert_eq!(proxy.replies_dropped(), 1);
+/// # drop(guard); Ok(()) }
 /// ```
 ///
 /// Every accepted client connection gets its own upstream connection, and
@@ -77,28 +80,16 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Starts a proxy to `upstream` (`"127.0.0.1:PORT"`, e.g.
-    /// [`RedisServer::addr`]) on a free loopback port. The upstream address is
-    /// resolved once, here; nothing connects to it until a client connects.
-    ///
-    /// # Panics
-    /// If `upstream` does not resolve, or the listener or thread cannot be set up.
-    pub fn start(upstream: &str) -> Self {
-        Self::try_start(upstream)
-            .unwrap_or_else(|e| panic!("starting a fault proxy to {upstream}: {e}"))
-    }
-
-    /// Starts a proxy in front of `server`. It follows the server across
-    /// [`RedisServer::restart`], which keeps the port.
-    ///
-    /// # Panics
-    /// As [`start`](Self::start).
-    pub fn start_for(server: &RedisServer) -> Self {
+    /// Starts a proxy in front of `server` on a free loopback port. It follows the server
+    /// across [`TestServer::restart`], which keeps the port.
+    pub fn in_front_of(server: &TestServer) -> io::Result<Self> {
         Self::start(&server.addr())
     }
 
-    /// Like [`start`](Self::start) but returns the failure instead of panicking.
-    pub fn try_start(upstream: &str) -> io::Result<Self> {
+    /// Starts a proxy to `upstream` (`"127.0.0.1:PORT"`, e.g. [`TestServer::addr`]) on a
+    /// free loopback port. The upstream address is resolved once, here; nothing connects to
+    /// it until a client connects.
+    pub fn start(upstream: &str) -> io::Result<Self> {
         let upstream = upstream.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "upstream resolves to nothing")
         })?;
@@ -174,15 +165,10 @@ impl FaultProxy {
     /// Loses each server-to-client chunk with `probability`: the chunk is
     /// discarded and both sockets of its connection are reset (RST). The
     /// request reached and changed the server; the client sees a reset
-    /// instead of the answer. `0.0` turns it off.
-    ///
-    /// # Panics
-    /// If `probability` is not within `0.0..=1.0`.
+    /// instead of the answer. `0.0` turns it off; a value outside `0.0..=1.0` is taken as
+    /// the nearest bound (NaN as `0.0`).
     pub fn drop_replies(&self, probability: f64) {
-        assert!(
-            (0.0..=1.0).contains(&probability),
-            "drop_replies({probability}): the probability must be within 0.0..=1.0"
-        );
+        let probability = clamp_probability(probability);
         self.shared
             .drop_probability
             .store(probability.to_bits(), Ordering::SeqCst);
@@ -192,7 +178,15 @@ impl FaultProxy {
     /// that connection, like [`drop_replies`](Self::drop_replies) but exactly
     /// once. Calling it again before a chunk went by still drops one chunk.
     pub fn drop_next_reply(&self) {
-        self.shared.drop_next.store(true, Ordering::SeqCst);
+        self.drop_next_replies(1);
+    }
+
+    /// Loses the next `n` server-to-client chunks, each resetting its connection (as
+    /// [`drop_next_reply`](Self::drop_next_reply) does, `n` times over): a client that
+    /// retries on a new connection loses its next replies too. Replaces an earlier count;
+    /// `0` turns it off.
+    pub fn drop_next_replies(&self, n: u64) {
+        self.shared.drop_next.store(n, Ordering::SeqCst);
     }
 
     /// While on, bytes in both directions are read and discarded, including
@@ -262,12 +256,12 @@ impl FaultProxy {
     /// `b"SUBSCRIBE"`, to find the one connection of a client that carries its
     /// subscriptions), so that [`reset_noted`](Self::reset_noted) can cut that
     /// connection alone while the client's others go on. Only bytes read after this call
-    /// count; a pattern split across two reads is found all the same.
-    ///
-    /// # Panics
-    /// If `pattern` is empty.
+    /// count; a pattern split across two reads is found all the same. An empty pattern
+    /// notes nothing.
     pub fn note_sending(&self, pattern: &[u8]) {
-        assert!(!pattern.is_empty(), "note_sending: the pattern is empty");
+        if pattern.is_empty() {
+            return;
+        }
         let mut patterns = lock(&self.shared.patterns);
         patterns.push(pattern.to_vec());
         self.shared.noting.store(true, Ordering::SeqCst);
@@ -337,12 +331,12 @@ impl FaultProxy {
     /// Inserts `frame` (a RESP3 push, e.g. `>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n`) into
     /// the server-to-client stream of the next connection that gets a reply, right before
     /// that reply: at a frame boundary, where a server may put a push of its own. Called
-    /// several times, each frame goes before a reply of its own, in order.
-    ///
-    /// # Panics
-    /// If `frame` is empty.
+    /// several times, each frame goes before a reply of its own, in order. An empty frame
+    /// is nothing to inject.
     pub fn inject_push(&self, frame: &[u8]) {
-        assert!(!frame.is_empty(), "inject_push: the frame is empty");
+        if frame.is_empty() {
+            return;
+        }
         lock(&self.shared.injections).push_back(frame.to_vec());
     }
 
@@ -361,32 +355,25 @@ impl FaultProxy {
     /// Loses the next server-to-client chunk, on any connection, that contains `pattern`
     /// (e.g. `b"$9\r\nsubscribe\r\n"`, a RESP3 `SUBSCRIBE` confirmation), and resets that
     /// connection, as [`drop_next_reply`](Self::drop_next_reply) does; chunks without it pass.
-    /// Called again before such a chunk went by, the new pattern replaces the old.
-    ///
-    /// # Panics
-    /// If `pattern` is empty.
+    /// Called again before such a chunk went by, the new pattern replaces the old. An
+    /// empty pattern turns it off.
     pub fn drop_next_reply_containing(&self, pattern: &[u8]) {
-        assert!(
-            !pattern.is_empty(),
-            "drop_next_reply_containing: the pattern is empty"
-        );
+        if pattern.is_empty() {
+            *lock(&self.shared.drop_containing) = None;
+            return;
+        }
         *lock(&self.shared.drop_containing) = Some((pattern.to_vec(), None));
     }
 
     /// Loses each server-to-client chunk that contains `pattern` with `probability` (drawn
     /// from the generator of [`drop_replies`](Self::drop_replies)), resetting its connection;
     /// chunks without it pass. `drop_replies_containing(p, 0.0)` (or [`clear`](Self::clear))
-    /// turns it off.
-    ///
-    /// # Panics
-    /// If `pattern` is empty or `probability` not within `0.0..=1.0`.
+    /// turns it off, as does an empty pattern; a probability outside `0.0..=1.0` is taken
+    /// as the nearest bound.
     pub fn drop_replies_containing(&self, pattern: &[u8], probability: f64) {
-        assert!(
-            !pattern.is_empty() && (0.0..=1.0).contains(&probability),
-            "drop_replies_containing: an empty pattern, or {probability} outside 0.0..=1.0"
-        );
-        *lock(&self.shared.drop_containing) =
-            (probability > 0.0).then(|| (pattern.to_vec(), Some(probability)));
+        let probability = clamp_probability(probability);
+        *lock(&self.shared.drop_containing) = (probability > 0.0 && !pattern.is_empty())
+            .then(|| (pattern.to_vec(), Some(probability)));
     }
 
     /// Turns every fault off: no drops (including a pending
@@ -395,7 +382,7 @@ impl FaultProxy {
     /// latency, new connections accepted, nothing frozen, no push to inject. Counters and the RNG are left as they are.
     pub fn clear(&self) {
         self.drop_replies(0.0);
-        self.shared.drop_next.store(false, Ordering::SeqCst);
+        self.shared.drop_next.store(0, Ordering::SeqCst);
         self.blackhole(false);
         self.latency(Duration::ZERO, Duration::ZERO);
         self.reply_latency(Duration::ZERO);
@@ -410,6 +397,11 @@ impl FaultProxy {
     /// run can be replayed (see [Randomness](Self#randomness)).
     pub fn seed(&self, seed: u64) {
         *lock(&self.shared.rng) = SplitMix64(seed);
+    }
+
+    /// Client-to-server chunks read so far (a request, or several pipelined, each).
+    pub fn requests_read(&self) -> u64 {
+        self.shared.requests_read.load(Ordering::SeqCst)
     }
 
     /// Client connections accepted so far, refused ones included.
@@ -457,5 +449,14 @@ impl fmt::Debug for FaultProxy {
             .field("replies_dropped", &self.replies_dropped())
             .field("resets", &self.resets())
             .finish_non_exhaustive()
+    }
+}
+
+/// A probability within `0.0..=1.0` (NaN: `0.0`).
+fn clamp_probability(p: f64) -> f64 {
+    if p.is_nan() {
+        0.0
+    } else {
+        p.clamp(0.0, 1.0)
     }
 }

@@ -4,24 +4,31 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::frames::FrameScanner;
-use super::pump::Direction;
+pub(super) use crate::sync::lock;
 
 /// Default RNG seed: fixed, so a run without
 /// [`FaultProxy::seed`](super::FaultProxy::seed) is as replayable as one with it.
 const DEFAULT_SEED: u64 = 0x5EED_D157_10C4_F00D;
+
+/// Which way a chunk goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Direction {
+    ToServer,
+    ToClient,
+}
 
 /// State shared between the handle and the proxy thread.
 pub(super) struct Shared {
     pub(super) upstream: SocketAddr,
     /// An `f64` as bits.
     pub(super) drop_probability: AtomicU64,
-    pub(super) drop_next: AtomicBool,
+    pub(super) drop_next: AtomicU64,
     pub(super) blackhole: AtomicBool,
     pub(super) refuse_new: AtomicBool,
     /// `(base, jitter)`.
@@ -69,7 +76,7 @@ impl Shared {
         Self {
             upstream,
             drop_probability: AtomicU64::new(0.0_f64.to_bits()),
-            drop_next: AtomicBool::new(false),
+            drop_next: AtomicU64::new(0),
             blackhole: AtomicBool::new(false),
             refuse_new: AtomicBool::new(false),
             latency: Mutex::new((Duration::ZERO, Duration::ZERO)),
@@ -158,7 +165,11 @@ impl Shared {
 
     /// Decides whether the server-to-client chunk about to be written is lost.
     pub(super) fn lose_reply(&self) -> bool {
-        let lose = self.drop_next.swap(false, Ordering::SeqCst) || {
+        let next = self
+            .drop_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let lose = next || {
             let probability = f64::from_bits(self.drop_probability.load(Ordering::SeqCst));
             probability > 0.0 && lock(&self.rng).next_f64() < probability
         };
@@ -209,12 +220,6 @@ impl Shared {
         let keep = longest.saturating_sub(1).min(recent.len());
         recent.drain(..recent.len() - keep);
     }
-}
-
-/// Locks without propagating poison: no code panics while holding these
-/// locks, and the proxy must not start panicking because a test did.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// SplitMix64: tiny, fast and good enough for fault injection; saves a

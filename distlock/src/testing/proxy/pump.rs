@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::frames::FrameScanner;
-use super::state::{lock, Shared};
+use super::state::{lock, Direction, Shared};
 
 /// Bytes read per `read` call; one read is one chunk, the unit of every fault.
 const CHUNK_SIZE: usize = 16 * 1024;
@@ -154,12 +154,6 @@ async fn serve(
             abort(upstream);
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Direction {
-    ToServer,
-    ToClient,
 }
 
 async fn relay(shared: &Shared, id: u64, client: &mut TcpStream, upstream: &mut TcpStream) -> End {
