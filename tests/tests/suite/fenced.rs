@@ -102,7 +102,7 @@ async fn a_failed_write_raises_no_mark() {
 /// fenced or not. Returns the value left.
 async fn stalled_holder_writes(fenced_writes: bool) -> String {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let a = Client::connect(&proxy.url()).await.expect("connect A");
     let b = client(&server).await;
     let name = "resource-lock";

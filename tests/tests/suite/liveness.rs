@@ -183,7 +183,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_retry_after_a_lost_reply_gets_a_token_above_every_earlier_one() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let locks = behind(&proxy).await;
     let name = "fenced-retry";
     let first = locks
@@ -223,7 +223,7 @@ async fn a_fenced_retry_after_a_lost_reply_gets_a_token_above_every_earlier_one(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_retry_of_several_names_gets_a_token_above_every_earlier_one() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let locks = behind(&proxy).await;
     let names = ["fenced-a", "fenced-b"];
     let first = locks
@@ -267,7 +267,7 @@ async fn a_fenced_retry_of_several_names_gets_a_token_above_every_earlier_one() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_that_gives_a_name_back_wakes_its_waiters() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let (locks, others) = (behind(&proxy).await, client(&server).await);
     let (a, b) = ("given-a", "given-b");
     let (set, (b_waiter, _a)) = lose_reply_after(
@@ -316,7 +316,7 @@ async fn a_set_that_gives_a_name_back_wakes_its_waiters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_set_holds_no_name_when_the_call_returns() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let locks = behind(&proxy).await;
     let others = client(&server).await;
     let (a, b) = ("refused-a", "refused-b");
