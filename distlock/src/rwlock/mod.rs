@@ -104,13 +104,14 @@ use crate::key::Kind;
 use crate::mode::LockMode;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (state loading,
-/// pruning, expiry), then the body.
+/// pruning, expiry), then the body (for the write side, the write side's rule, `write.lua`,
+/// then the body).
 macro_rules! script {
-    ($body:literal) => {
+    ($($part:literal),+) => {
         crate::algorithm::Lua::new(concat!(
             include_str!("../fence.lua"),
             include_str!("prelude.lua"),
-            include_str!($body)
+            $(include_str!($part)),+
         ))
     };
 }
@@ -140,8 +141,8 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     waited_mark: false,
     helpers: &[Kind::Readers, Kind::Intents],
     intents: true,
-    acquire: script!("write_acquire.lua"),
-    release: script!("write_release.lua"),
+    acquire: script!("write.lua", "write_acquire.lua"),
+    release: script!("write.lua", "write_release.lua"),
     extend: script!("extend.lua"),
 });
 
