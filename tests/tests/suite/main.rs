@@ -37,3 +37,4 @@ mod tls;
 mod wakeup;
 mod watchdog;
 mod wire;
+mod write_many;
