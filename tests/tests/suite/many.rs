@@ -27,7 +27,8 @@ const EVENT_LIMIT: Duration = Duration::from_secs(5);
 /// The lease of the holders a waiter waits for: what a missed wake-up would cost.
 const LONG: Duration = Duration::from_secs(30);
 
-pub(crate) static CLUSTER: LazyLock<Keeper<RedisCluster>> = LazyLock::new(|| Keeper::new(RedisCluster::start));
+pub(crate) static CLUSTER: LazyLock<Keeper<RedisCluster>> =
+    LazyLock::new(|| Keeper::new(RedisCluster::start));
 
 async fn value(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Option<String> {
     conn.get(lock_key(name)).await.expect("GET")

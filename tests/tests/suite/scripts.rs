@@ -435,45 +435,139 @@ async fn write_many_scripts_touch_only_declared_keys_and_pass_only_strings() {
     let fenced: Vec<&str> = [&keys[..], &fences].concat();
     let long = "100000000";
     // Fenced: both taken, one token; retried after a lost reply, its own hold.
-    let r = run(&mut c, "fenced acquire", &acquire, &fenced, &["w:1", long, "0", "0", "n1", "h", "1"]).await;
+    let r = run(
+        &mut c,
+        "fenced acquire",
+        &acquire,
+        &fenced,
+        &["w:1", long, "0", "0", "n1", "h", "1"],
+    )
+    .await;
     assert_eq!(int(&r), 1, "{r:?}");
     let token = second(&r);
-    let r = run(&mut c, "retried acquire", &acquire, &fenced, &["w:1", long, "1", "0", "n1", "h", "1"]).await;
+    let r = run(
+        &mut c,
+        "retried acquire",
+        &acquire,
+        &fenced,
+        &["w:1", long, "1", "0", "n1", "h", "1"],
+    )
+    .await;
     assert_eq!(int(&r), 1, "{r:?}");
     assert!(second(&r) > token, "{r:?}");
     // Another owner waits: busy at the first name, its intents registered.
-    let r = run(&mut c, "waiting set", &acquire, &keys, &["w:2", "1000", "0", "0", "n2", "h", "0", "1"]).await;
+    let r = run(
+        &mut c,
+        "waiting set",
+        &acquire,
+        &keys,
+        &["w:2", "1000", "0", "0", "n2", "h", "0", "1"],
+    )
+    .await;
     match &r {
         Value::Array(items) => assert_eq!((int(&items[0]), int(&items[2])), (0, 1), "{r:?}"),
         other => panic!("not an answer: {other:?}"),
     }
     assert!(int(&run(&mut c, "extend", &extend, &keys, &["w:1", long, "n1"]).await) > 0);
-    assert_eq!(int(&run(&mut c, "extend, not ours", &extend, &keys, &["w:2", long, "n2"]).await), 0);
+    assert_eq!(
+        int(&run(
+            &mut c,
+            "extend, not ours",
+            &extend,
+            &keys,
+            &["w:2", long, "n2"]
+        )
+        .await),
+        0
+    );
     // The waiter gives up: its release withdraws its intents.
-    assert_eq!(int(&run(&mut c, "withdraw", &release, &keys, &["w:2", "n2", "", "s"]).await), 0);
-    assert_eq!(int(&run(&mut c, "release", &release, &keys, &["w:1", "n1", "", "s"]).await), 1);
-    assert_eq!(int(&run(&mut c, "retried release", &release, &keys, &["w:1", "n1"]).await), 0);
+    assert_eq!(
+        int(&run(&mut c, "withdraw", &release, &keys, &["w:2", "n2", "", "s"]).await),
+        0
+    );
+    assert_eq!(
+        int(&run(&mut c, "release", &release, &keys, &["w:1", "n1", "", "s"]).await),
+        1
+    );
+    assert_eq!(
+        int(&run(&mut c, "retried release", &release, &keys, &["w:1", "n1"]).await),
+        0
+    );
     // The owner writes the first name alone, then takes the set: a re-entry there, which its
     // release leaves held.
-    let r = run(&mut c, "single write", &write, &[locks[0], readers[0], intents[0]], &["w:3", long, "0", "0", "n3", "h", "0"]).await;
+    let r = run(
+        &mut c,
+        "single write",
+        &write,
+        &[locks[0], readers[0], intents[0]],
+        &["w:3", long, "0", "0", "n3", "h", "0"],
+    )
+    .await;
     assert_eq!(int(&r), 1);
-    let r = run(&mut c, "re-entering set", &acquire, &keys, &["w:3", long, "0", "0", "n4", "h", "0"]).await;
+    let r = run(
+        &mut c,
+        "re-entering set",
+        &acquire,
+        &keys,
+        &["w:3", long, "0", "0", "n4", "h", "0"],
+    )
+    .await;
     assert_eq!(int(&r), 1, "{r:?}");
-    assert_eq!(int(&run(&mut c, "release", &release, &keys, &["w:3", "n4"]).await), 1);
-    let held: bool = redis::cmd("HEXISTS").arg(locks[0]).arg("writer").query_async(&mut c).await.expect("HEXISTS");
+    assert_eq!(
+        int(&run(&mut c, "release", &release, &keys, &["w:3", "n4"]).await),
+        1
+    );
+    let held: bool = redis::cmd("HEXISTS")
+        .arg(locks[0])
+        .arg("writer")
+        .query_async(&mut c)
+        .await
+        .expect("HEXISTS");
     assert!(held, "the outer write hold stays");
     // An owner reading the second name only: refused at once, nothing taken.
-    let r = run(&mut c, "read", &read, &[locks[1], readers[1], intents[1]], &["w:4", long, "0", "0", "n5", "h", "0"]).await;
+    let r = run(
+        &mut c,
+        "read",
+        &read,
+        &[locks[1], readers[1], intents[1]],
+        &["w:4", long, "0", "0", "n5", "h", "0"],
+    )
+    .await;
     assert_eq!(int(&r), 1);
-    let r = run(&mut c, "upgrade", &acquire, &keys, &["w:4", long, "0", "0", "n6", "h", "0", "1"]).await;
+    let r = run(
+        &mut c,
+        "upgrade",
+        &acquire,
+        &keys,
+        &["w:4", long, "0", "0", "n6", "h", "0", "1"],
+    )
+    .await;
     match &r {
         Value::Array(items) => assert_eq!((int(&items[0]), int(&items[2])), (-2, 2), "{r:?}"),
         other => panic!("not an answer: {other:?}"),
     }
     // A setnx lock on a name: another mode, named by its place.
-    let _: () = redis::cmd("SET").arg("distlock:{s3}").arg("x").arg("PX").arg("5000").query_async(&mut c).await.expect("SET");
-    let keys3 = ["distlock:{s3}", "distlock:#readers:{s3}", "distlock:#intents:{s3}"];
-    let r = run(&mut c, "setnx name", &acquire, &keys3, &["w:5", long, "0", "0", "n7", "h", "0"]).await;
+    let _: () = redis::cmd("SET")
+        .arg("distlock:{s3}")
+        .arg("x")
+        .arg("PX")
+        .arg("5000")
+        .query_async(&mut c)
+        .await
+        .expect("SET");
+    let keys3 = [
+        "distlock:{s3}",
+        "distlock:#readers:{s3}",
+        "distlock:#intents:{s3}",
+    ];
+    let r = run(
+        &mut c,
+        "setnx name",
+        &acquire,
+        &keys3,
+        &["w:5", long, "0", "0", "n7", "h", "0"],
+    )
+    .await;
     match &r {
         Value::Array(items) => assert_eq!((int(&items[0]), int(&items[2])), (-3, 1), "{r:?}"),
         other => panic!("not an answer: {other:?}"),

@@ -147,9 +147,15 @@ async fn single_writers_readers_and_write_sets_exclude_each_other_without_confli
         })));
     }
     for task in tasks {
-        task.await.expect("task").expect("no lock error (no ModeConflict)");
+        task.await
+            .expect("task")
+            .expect("no lock error (no ModeConflict)");
     }
-    assert_eq!(inside.overlaps.load(Ordering::SeqCst), 0, "two inside at once");
+    assert_eq!(
+        inside.overlaps.load(Ordering::SeqCst),
+        0,
+        "two inside at once"
+    );
     let total: i64 = balances.iter().map(|b| b.load(Ordering::SeqCst)).sum();
     assert_eq!(total, 2000, "a lost update");
     assert!(nothing_left(&server, &names).await, "every key given back");
@@ -172,7 +178,11 @@ async fn a_read_during_a_transfer_waits_for_it_and_is_woken_by_its_release() {
     let spawn = |write: bool, name: &'static str| {
         let locks = locks.clone();
         tokio::spawn(as_other_owner(async move {
-            let request = if write { locks.write(name) } else { locks.read(name) };
+            let request = if write {
+                locks.write(name)
+            } else {
+                locks.read(name)
+            };
             let guard = request.wait(LONG).acquire().await?;
             let at = Instant::now();
             guard.release().await.map(|()| at)
@@ -182,7 +192,9 @@ async fn a_read_during_a_transfer_waits_for_it_and_is_woken_by_its_release() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!reader.is_finished() && !single.is_finished(), "they wait");
     for name in ["r-a", "r-b"] {
-        let busy = as_other_owner(locks.read(name).try_acquire()).await.unwrap_err();
+        let busy = as_other_owner(locks.read(name).try_acquire())
+            .await
+            .unwrap_err();
         assert!(matches!(busy, Error::Busy { .. }), "{busy}");
     }
     let released = Instant::now();
@@ -193,7 +205,10 @@ async fn a_read_during_a_transfer_waits_for_it_and_is_woken_by_its_release() {
             .expect("woken by the release")
             .expect("task")
             .expect("taken");
-        assert!(at.duration_since(released) < Duration::from_secs(2), "woken, not polled");
+        assert!(
+            at.duration_since(released) < Duration::from_secs(2),
+            "woken, not polled"
+        );
     }
 }
 
@@ -207,9 +222,16 @@ async fn a_waiting_set_holds_nothing_and_keeps_new_readers_out() {
     let b = as_other_owner(locks.write("w-b").ttl(LONG).try_acquire())
         .await
         .expect("free");
-    let busy = locks.write_many(["w-a", "w-b"]).try_acquire().await.unwrap_err();
+    let busy = locks
+        .write_many(["w-a", "w-b"])
+        .try_acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(busy, Error::Busy { .. }), "{busy}");
-    assert!(nothing_left(&server, &["w-a"]).await, "a single try leaves nothing, no intent");
+    assert!(
+        nothing_left(&server, &["w-a"]).await,
+        "a single try leaves nothing, no intent"
+    );
     let waiter = {
         let locks = locks.clone();
         tokio::spawn(as_other_owner(async move {
@@ -219,17 +241,26 @@ async fn a_waiting_set_holds_nothing_and_keeps_new_readers_out() {
     let mut conn = server.async_connection().await;
     let registered = wait_until_async(EVENT_LIMIT, || {
         let mut conn = conn.clone();
-        async move {
-            intents(&mut conn, "w-a").await > 0
-        }
+        async move { intents(&mut conn, "w-a").await > 0 }
     })
     .await;
     assert!(registered, "the waiting set's intent on the free name");
-    assert_eq!(writer(&server, "w-a").await, None, "nothing held while waiting");
-    let reader = as_other_owner(locks.read("w-a").try_acquire()).await.unwrap_err();
-    assert!(matches!(reader, Error::Busy { .. }), "a new reader waits for the set: {reader}");
+    assert_eq!(
+        writer(&server, "w-a").await,
+        None,
+        "nothing held while waiting"
+    );
+    let reader = as_other_owner(locks.read("w-a").try_acquire())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(reader, Error::Busy { .. }),
+        "a new reader waits for the set: {reader}"
+    );
     // Writers are not ordered among themselves: one takes the free name meanwhile.
-    let a = as_other_owner(locks.write("w-a").try_acquire()).await.expect("not held by the set");
+    let a = as_other_owner(locks.write("w-a").try_acquire())
+        .await
+        .expect("not held by the set");
     a.release().await.expect("release");
     b.release().await.expect("release");
     let set = tokio::time::timeout(EVENT_LIMIT, waiter)
@@ -238,25 +269,36 @@ async fn a_waiting_set_holds_nothing_and_keeps_new_readers_out() {
         .expect("task")
         .expect("the set");
     assert!(writer(&server, "w-a").await.is_some() && writer(&server, "w-b").await.is_some());
-    assert_eq!(intents(&mut conn, "w-a").await, 0, "its intent had its turn");
+    assert_eq!(
+        intents(&mut conn, "w-a").await,
+        0,
+        "its intent had its turn"
+    );
     set.release().await.expect("release");
     assert!(nothing_left(&server, &["w-a", "w-b"]).await);
 
     // A set that gives up withdraws its intents: the readers it kept out come in.
-    let b = as_other_owner(locks.write("w-b").ttl(LONG).try_acquire()).await.expect("free");
-    let err = as_other_owner(locks.write_many(["w-a", "w-b"]).wait(Duration::from_millis(400)).acquire())
+    let b = as_other_owner(locks.write("w-b").ttl(LONG).try_acquire())
         .await
-        .unwrap_err();
+        .expect("free");
+    let err = as_other_owner(
+        locks
+            .write_many(["w-a", "w-b"])
+            .wait(Duration::from_millis(400))
+            .acquire(),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let withdrawn = wait_until_async(EVENT_LIMIT, || {
         let mut conn = conn.clone();
-        async move {
-            intents(&mut conn, "w-a").await == 0
-        }
+        async move { intents(&mut conn, "w-a").await == 0 }
     })
     .await;
     assert!(withdrawn, "intents withdrawn");
-    let r = as_other_owner(locks.read("w-a").try_acquire()).await.expect("readers in again");
+    let r = as_other_owner(locks.read("w-a").try_acquire())
+        .await
+        .expect("readers in again");
     r.release().await.expect("release");
     b.release().await.expect("release");
 }
@@ -269,16 +311,31 @@ async fn re_entry_upgrade_lease_and_quorum() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let outer = locks.write("e-a").try_acquire().await.expect("free");
-    let set = locks.write_many(["e-a", "e-b"]).try_acquire().await.expect("re-enters e-a");
+    let set = locks
+        .write_many(["e-a", "e-b"])
+        .try_acquire()
+        .await
+        .expect("re-enters e-a");
     set.release().await.expect("release");
-    assert!(writer(&server, "e-a").await.is_some(), "the outer hold stays");
+    assert!(
+        writer(&server, "e-a").await.is_some(),
+        "the outer hold stays"
+    );
     assert_eq!(writer(&server, "e-b").await, None);
     outer.release().await.expect("release");
 
     let read = locks.read("e-b").try_acquire().await.expect("free");
     let started = Instant::now();
-    let err = locks.write_many(["e-a", "e-b"]).wait(LONG).acquire().await.unwrap_err();
-    assert!(matches!(err, Error::Upgrade { ref name } if name == "e-b"), "{err}");
+    let err = locks
+        .write_many(["e-a", "e-b"])
+        .wait(LONG)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Upgrade { ref name } if name == "e-b"),
+        "{err}"
+    );
     assert!(started.elapsed() < EVENT_LIMIT, "refused at once");
     assert_eq!(writer(&server, "e-a").await, None, "nothing taken");
     read.release().await.expect("release");
@@ -293,7 +350,9 @@ async fn re_entry_upgrade_lease_and_quorum() {
     assert!(set.is_held(), "the watchdog renews every name");
     let mut conn = server.async_connection().await;
     let _: () = conn.hdel(lock_key("e-b"), "writer").await.expect("HDEL");
-    let lost = tokio::time::timeout(EVENT_LIMIT, set.lost()).await.expect("lost");
+    let lost = tokio::time::timeout(EVENT_LIMIT, set.lost())
+        .await
+        .expect("lost");
     assert!(matches!(lost, Error::LeaseLost { .. }), "{lost}");
 
     let nodes = RedisServers::start(3);
@@ -302,7 +361,11 @@ async fn re_entry_upgrade_lease_and_quorum() {
         .connect()
         .await
         .expect("connect");
-    let err = quorum.write_many(["q-a", "q-b"]).try_acquire().await.unwrap_err();
+    let err = quorum
+        .write_many(["q-a", "q-b"])
+        .try_acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
 }
 
@@ -350,7 +413,10 @@ async fn a_lost_reply_leaves_no_name_held() {
     }
     proxy.drop_replies(0.0);
     assert!(taken > 0, "no cycle went through");
-    assert!(wait_until_async(EVENT_LIMIT, none).await, "names left behind");
+    assert!(
+        wait_until_async(EVENT_LIMIT, none).await,
+        "names left behind"
+    );
 }
 
 /// One token for the set, above each name's earlier write tokens (a counter far ahead
@@ -361,25 +427,57 @@ async fn a_fenced_write_set_has_one_token_above_each_names() {
     let locks = client(&server).await;
     let mut conn = server.async_connection().await;
     let ahead: u64 = 4_000_000_000_000_000;
-    let _: () = conn.set(fence_key("f-b"), ahead.to_string()).await.expect("SET");
-    let a = locks.write("f-a").fencing(true).try_acquire().await.expect("free");
+    let _: () = conn
+        .set(fence_key("f-b"), ahead.to_string())
+        .await
+        .expect("SET");
+    let a = locks
+        .write("f-a")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
     let before = a.fencing_token().expect("a token");
     a.release().await.expect("release");
-    let set = locks.write_many(["f-a", "f-b"]).fencing(true).try_acquire().await.expect("free");
+    let set = locks
+        .write_many(["f-a", "f-b"])
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
     let token = set.fencing_token().expect("a token");
     assert!(token > before && token > ahead, "{token}");
     set.release().await.expect("release");
-    let read = locks.read("f-a").fencing(true).try_acquire().await.expect("free");
-    assert_eq!(read.fencing_token(), Some(token), "a read after the set sees its token");
+    let read = locks
+        .read("f-a")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    assert_eq!(
+        read.fencing_token(),
+        Some(token),
+        "a read after the set sees its token"
+    );
     read.release().await.expect("release");
     let mut last = token;
     for name in ["f-a", "f-b", "f-a"] {
-        let next = locks.write(name).fencing(true).try_acquire().await.expect("free");
+        let next = locks
+            .write(name)
+            .fencing(true)
+            .try_acquire()
+            .await
+            .expect("free");
         let t = next.fencing_token().expect("a token");
         assert!(t > last, "{name}: {t} after {last}");
         last = t;
         next.release().await.expect("release");
-        let set = locks.write_many(["f-a", "f-b"]).fencing(true).try_acquire().await.expect("free");
+        let set = locks
+            .write_many(["f-a", "f-b"])
+            .fencing(true)
+            .try_acquire()
+            .await
+            .expect("free");
         let t = set.fencing_token().expect("a token");
         assert!(t > last, "the set after {name}");
         last = t;
@@ -401,8 +499,14 @@ async fn a_cluster_takes_a_write_set_a_slot_at_a_time() {
         .expect("connect");
     let (first, last) = two_slots("wc");
     let (first, last) = (first.as_str(), last.as_str());
-    let hold = as_other_owner(locks.write(last).ttl(LONG).try_acquire()).await.expect("free");
-    let busy = locks.write_many([first, last]).try_acquire().await.unwrap_err();
+    let hold = as_other_owner(locks.write(last).ttl(LONG).try_acquire())
+        .await
+        .expect("free");
+    let busy = locks
+        .write_many([first, last])
+        .try_acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(busy, Error::Busy { .. }), "{busy}");
     let exists: bool = raw.exists(lock_key(first)).await.expect("EXISTS");
     assert!(!exists, "{first} given back");
@@ -418,9 +522,13 @@ async fn a_cluster_takes_a_write_set_a_slot_at_a_time() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(set.is_held(), "renewed on both slots");
     for name in [first, last] {
-        let err = as_other_owner(locks.read(name).try_acquire()).await.unwrap_err();
+        let err = as_other_owner(locks.read(name).try_acquire())
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Busy { .. }), "{err}");
-        let err = as_other_owner(locks.write(name).try_acquire()).await.unwrap_err();
+        let err = as_other_owner(locks.write(name).try_acquire())
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Busy { .. }), "{err}");
     }
     set.release().await.expect("release");
@@ -431,12 +539,7 @@ async fn a_cluster_takes_a_write_set_a_slot_at_a_time() {
 }
 
 #[write_lock(key = ["attr:<from>", "attr:<to>"], client = locks, wait = "30s")]
-async fn transfer(
-    locks: &Client,
-    from: u32,
-    to: u32,
-    inside: &Occupancy,
-) -> Result<(), Error> {
+async fn transfer(locks: &Client, from: u32, to: u32, inside: &Occupancy) -> Result<(), Error> {
     inside.write(0);
     inside.write(1);
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -488,23 +591,48 @@ async fn the_write_lock_attribute_takes_a_list_of_keys() {
 async fn lock_many_over_a_written_name_says_how_to_fix_it() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let w = as_other_owner(locks.write("m-a").try_acquire()).await.expect("free");
-    let err = locks.lock_many(["m-a", "m-b"]).try_acquire().await.unwrap_err();
+    let w = as_other_owner(locks.write("m-a").try_acquire())
+        .await
+        .expect("free");
+    let err = locks
+        .lock_many(["m-a", "m-b"])
+        .try_acquire()
+        .await
+        .unwrap_err();
     match &err {
-        Error::ModeConflict { name, held_as, requested } => {
-            assert_eq!((name.as_str(), *held_as, *requested), ("m-a", LockMode::Write, LockMode::SetNx));
+        Error::ModeConflict {
+            name,
+            held_as,
+            requested,
+        } => {
+            assert_eq!(
+                (name.as_str(), *held_as, *requested),
+                ("m-a", LockMode::Write, LockMode::SetNx)
+            );
         }
         other => panic!("{other}"),
     }
     let text = err.to_string();
-    assert!(text.contains("two modes") && text.contains("write_many"), "{text}");
+    assert!(
+        text.contains("two modes") && text.contains("write_many"),
+        "{text}"
+    );
     w.release().await.expect("release");
-    let set = locks.lock_many(["m-a", "m-b"]).try_acquire().await.expect("free");
-    let err = as_other_owner(locks.write_many(["m-b", "m-c"]).try_acquire()).await.unwrap_err();
+    let set = locks
+        .lock_many(["m-a", "m-b"])
+        .try_acquire()
+        .await
+        .expect("free");
+    let err = as_other_owner(locks.write_many(["m-b", "m-c"]).try_acquire())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::ModeConflict { ref name, held_as: LockMode::SetNx, requested: LockMode::Write } if name == "m-b"),
         "{err}"
     );
-    assert!(nothing_left(&server, &["m-c"]).await, "nothing taken in part");
+    assert!(
+        nothing_left(&server, &["m-c"]).await,
+        "nothing taken in part"
+    );
     set.release().await.expect("release");
 }
