@@ -205,7 +205,10 @@ impl Client {
     /// loses the set). One release frees every name.
     ///
     /// Each name is the same lock as [`lock`](Self::lock) of that name: `lock_many(["a", "b"])`
-    /// excludes `lock("a")`, and `lock("a")` excludes the set. The names are taken in one fixed
+    /// excludes `lock("a")`, and `lock("a")` excludes the set. **One name, one mode**: for
+    /// names the rest of the code takes with [`write`](Self::write) or [`read`](Self::read),
+    /// use [`write_many`](Self::write_many); this set meets those with
+    /// [`Error::ModeConflict`] at runtime, and only when the two meet under load. The names are taken in one fixed
     /// order whatever the order given (duplicates count once), so callers asking for `[a, b]`
     /// and `[b, a]` never deadlock, and a caller that finds a name busy holds none of them while
     /// it waits, for that name's release. An acquisition that fails or is dropped leaves no

@@ -11,6 +11,16 @@
 //! where one script reaches one slot only, take a set spanning slots a slot at a time
 //! (`nodes::groups`). Everything else is the setnx lock's: the acquire loop, the lease, the
 //! watchdog, the wake-ups (each name's own channel and waited-for mark), the quorum.
+//!
+//! A **write set** ([`WRITE_MANY`], `Client::write_many`) is the same shape of hold on the
+//! write side of each name's read/write lock, for names the rest of the code takes with
+//! `write` and `read` (one name, one mode: `lock_many` meets those with `ModeConflict`). Its
+//! scripts are the read/write lock's prelude and write side's rule (`rwlock/write.lua`)
+//! applied to each name in turn (`write_head.lua` points the prelude's key locals at each
+//! name's keys), so each name is taken, given back and renewed exactly as `write(name)`
+//! would, and the set excludes each name's writers and readers. Owned by the task as
+//! `write`; a waiting set registers its intent on every name it does not hold; like the
+//! read/write lock, it is refused on a quorum.
 
 use std::sync::LazyLock;
 

@@ -66,6 +66,12 @@
 //! price of the policy is the mirror image: a continuous stream of writers can keep readers
 //! waiting. Writers among themselves are not ordered.
 //!
+//! The write side's rule (what a write acquisition finds, taking, re-entering, registering
+//! an intent, giving back) lives in `write.lua`, which the write scripts put after the
+//! prelude, and so do a write set's (`Client::write_many`, `many/write_*.lua`), which apply
+//! it to each of their names: a waiting set is a waiting writer, with its intent, on every
+//! name it does not hold.
+//!
 //! # Fencing
 //!
 //! Only for acquisitions that ask ([`LockRequest::fencing`](crate::LockRequest::fencing));
