@@ -636,3 +636,61 @@ async fn lock_many_over_a_written_name_says_how_to_fix_it() {
     );
     set.release().await.expect("release");
 }
+
+/// Writer preference holds for a set: readers coming and going on one of its names without
+/// pause (each task re-reads as soon as it left, the readers overlapping so the name is
+/// never free) cannot keep a waiting set out: its intent keeps new readers out, those inside
+/// leave, and the set gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_readers_cannot_starve_a_waiting_set() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(AtomicU32::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let (locks, stop, reads) = (locks.clone(), stop.clone(), reads.clone());
+        readers.push(tokio::spawn(as_other_owner(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = locks.read("s-a").wait(LONG).acquire().await?;
+                reads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.release().await?;
+            }
+            Ok::<(), Error>(())
+        })));
+    }
+    let streaming = wait_until_async(EVENT_LIMIT, || {
+        let reads = reads.clone();
+        async move { reads.load(Ordering::SeqCst) > 20 }
+    })
+    .await;
+    assert!(streaming, "the readers run");
+    let started = Instant::now();
+    let set = as_other_owner(
+        locks
+            .write_many(["s-b", "s-a"])
+            .wait(Duration::from_secs(10))
+            .acquire(),
+    )
+    .await
+    .expect("the set gets in");
+    let waited = started.elapsed();
+    let during = reads.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        during,
+        "no reader while the set holds"
+    );
+    set.release().await.expect("release");
+    stop.store(true, Ordering::SeqCst);
+    for reader in readers {
+        reader
+            .await
+            .expect("task")
+            .expect("the readers go on after the set");
+    }
+    eprintln!("the set waited {waited:?} for a stream of readers");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+}
