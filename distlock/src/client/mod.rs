@@ -333,7 +333,8 @@ impl Client {
     /// name's release; an acquisition that fails or is dropped leaves no name taken; the guard
     /// is held only while every name is (one lease, renewed by the watchdog, the shortest of
     /// the names'); one release frees every name; with [`fencing(true)`](LockRequest::fencing)
-    /// the set gets one token, above every earlier token of each name. On a Redis Cluster the
+    /// the set gets one token, above every earlier token of each name (a new one on every
+    /// acquisition; a name it re-enters keeps its own tenure's token). On a Redis Cluster the
     /// names of each slot are taken together, a slot at a time (give related names one hash
     /// tag, `account:{7}`, to keep them in one slot).
     ///
