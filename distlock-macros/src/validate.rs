@@ -190,7 +190,9 @@ fn key_template(
 
 /// `key = [..]`: each template checked as `key`'s (every error reported), for a lock that may
 /// take several names at once: the exclusive `#[distributed_lock]`, as `setnx` or on a
-/// `redlock` quorum. `None` for one key; `Some(None)` once an error is reported.
+/// `redlock` quorum (`Client::lock_many`), and `#[write_lock]`, the write side of each name's
+/// read/write lock (`Client::write_many`). `None` for one key; `Some(None)` once an error is
+/// reported.
 fn key_list(
     attr: AttrKind,
     args: &LockArgs,
@@ -208,11 +210,11 @@ fn key_list(
         ));
         ok = false;
     }
-    if attr != AttrKind::Distributed {
+    if attr != AttrKind::Distributed && attr != AttrKind::Write {
         errors.push(syn::Error::new(
             list.span,
             format!(
-                "`#[{}]` takes one key: a list of keys takes every name at once, exclusively, with `#[distributed_lock(key = [..])]`",
+                "`#[{}]` takes one key: a list of keys takes every name at once, with `#[distributed_lock(key = [..])]` (exclusive locks) or `#[write_lock(key = [..])]` (the write side of each name's read/write lock: use it where the names are also taken with `#[read_lock]`/`#[write_lock]`, one name, one mode)",
                 attr.name()
             ),
         ));
@@ -838,7 +840,7 @@ mod tests {
     }
 
     #[test]
-    fn a_key_list_checks_every_template_and_takes_every_name_exclusively() {
+    fn a_key_list_checks_every_template_and_takes_every_name_exclusively_or_in_write_mode() {
         let m = model(quote!(key = ["account:<id>", "user:<user>"]), pay());
         let list = m.keys.expect("a list");
         assert_eq!(list.len(), 2);
@@ -861,6 +863,10 @@ mod tests {
         assert!(reentrant[0].contains("takes one key"), "{reentrant:?}");
         let read = messages(AttrKind::Read, quote!(key = ["a", "b"]), pay());
         assert!(read[0].contains("`#[read_lock]` takes one key"), "{read:?}");
+        assert!(read[0].contains("`#[write_lock(key = [..])]`"), "{read:?}");
+        let write = analyze(AttrKind::Write, quote!(key = ["a", "b"]), pay())
+            .unwrap_or_else(|e| panic!("a write set: {e}"));
+        assert_eq!(write.keys.map(|k| k.len()), Some(2));
     }
 
     #[test]

@@ -42,3 +42,31 @@ local function mint(key, now_us)
   end
   return fence
 end
+
+-- One token for a set of names (`Client::lock_many`, `Client::write_many`), minted from
+-- each name's counter in `counters`: the largest of their next tokens, so above every
+-- earlier token of each name, and every counter raised to it, so that each name's next
+-- token is above it too. Returns the token, or nil, a description and the place of the
+-- counter that holds the application's data (counters before it were counted up: a counter
+-- only ever goes up, so that costs nothing). `now_us`: as for `mint`.
+local function mint_set(counters, now_us)
+  if not now_us then
+    local t = redis.call('time')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local tokens, top = {}, 0
+  for i = 1, #counters do
+    local fence, bad = mint(counters[i], now_us)
+    if not fence then
+      return nil, bad, i
+    end
+    tokens[i] = fence
+    top = math.max(top, fence)
+  end
+  for i = 1, #counters do
+    if tokens[i] < top then
+      redis.call('set', counters[i], int(top), 'PX', FENCE_KEPT_MS)
+    end
+  end
+  return top
+end

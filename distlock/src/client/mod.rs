@@ -206,7 +206,10 @@ impl Client {
     /// loses the set). One release frees every name.
     ///
     /// Each name is the same lock as [`lock`](Self::lock) of that name: `lock_many(["a", "b"])`
-    /// excludes `lock("a")`, and `lock("a")` excludes the set. The names are taken in one fixed
+    /// excludes `lock("a")`, and `lock("a")` excludes the set. **One name, one mode**: for
+    /// names the rest of the code takes with [`write`](Self::write) or [`read`](Self::read),
+    /// use [`write_many`](Self::write_many); this set meets those with
+    /// [`Error::ModeConflict`] at runtime, and only when the two meet under load. The names are taken in one fixed
     /// order whatever the order given (duplicates count once), so callers asking for `[a, b]`
     /// and `[b, a]` never deadlock, and a caller that finds a name busy holds none of them while
     /// it waits, for that name's release. An acquisition that fails or is dropped leaves no
@@ -311,6 +314,70 @@ impl Client {
             &self.inner,
             &crate::rwlock::WRITE,
             name.as_ref(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// Several names at once on the write side of each name's read/write lock, all or none:
+    /// what [`write`](Self::write) is to one name, this is to a set of them. Use it where the
+    /// rest of the code takes these names with [`write`](Self::write) and
+    /// [`read`](Self::read) (a transfer between two accounts that are otherwise written and
+    /// read one at a time): each name is the very lock `write(name)` takes, so the set
+    /// excludes each name's writers and readers, and they exclude the set.
+    /// [`lock_many`](Self::lock_many) takes the names as exclusive locks, a mode of their own:
+    /// a name used by both is refused at runtime with [`Error::ModeConflict`] (one name, one
+    /// mode).
+    ///
+    /// As [`lock_many`](Self::lock_many): the names are taken in one fixed order whatever the
+    /// order given (duplicates count once), so callers asking for `[a, b]` and `[b, a]` never
+    /// deadlock; a caller that finds a name busy holds none of them while it waits, for that
+    /// name's release; an acquisition that fails or is dropped leaves no name taken; the guard
+    /// is held only while every name is (one lease, renewed by the watchdog, the shortest of
+    /// the names'); one release frees every name; with [`fencing(true)`](LockRequest::fencing)
+    /// the set gets one token, above every earlier token of each name (a new one on every
+    /// acquisition; a name it re-enters keeps its own tenure's token). On a Redis Cluster the
+    /// names of each slot are taken together, a slot at a time (give related names one hash
+    /// tag, `account:{7}`, to keep them in one slot).
+    ///
+    /// As [`write`](Self::write), per name: writers are preferred, and a set that waits is a
+    /// waiting writer on every one of its names (new readers of each name wait for it, so
+    /// a stream of readers on one name cannot starve it; the price: while it waits, new
+    /// readers of all its names wait too). The owner is the task: a name the task already
+    /// holds with `write` is re-entered (and stays held after the set's release), and a name
+    /// it holds only with `read` is refused with [`Error::Upgrade`]. One node, Sentinel and
+    /// Cluster; a quorum client refuses it with [`Error::InvalidConfig`], as it refuses
+    /// [`write`](Self::write).
+    ///
+    /// Why a method of its own rather than a flag on [`lock_many`](Self::lock_many)'s request:
+    /// the mode is chosen where the names are, as for one name (`lock`, `write`), so no
+    /// request can ask for a mode its method does not take.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// // Elsewhere one account is written with `locks.write("account:7")` and its balance
+    /// // read with `locks.read("account:7")`: the transfer takes both in the same mode.
+    /// let both = locks
+    ///     .write_many(["account:7", "account:3"])
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .fencing(true)
+    ///     .acquire()
+    ///     .await?;
+    /// // ... move the money; no writer or reader of either account meanwhile ...
+    /// both.release().await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn write_many<I, N>(&self, names: I) -> LockRequest<'_>
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        LockRequest::of_key(
+            &self.inner,
+            &crate::many::WRITE_MANY,
+            self.inner.set_key(names),
             std::panic::Location::caller(),
         )
     }

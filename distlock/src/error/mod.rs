@@ -165,10 +165,21 @@ pub enum Error {
         found: String,
     },
 
-    /// The name is held as a lock of another mode (a `setnx` lock asked for as `reentrant`, a
-    /// read/write lock asked for as `setnx`, ...). One name is one lock of one mode: the modes
-    /// keep different data under the key and cannot exclude each other. Nothing was changed.
-    #[error("lock `{name}` is in use as a {held_as} lock and was asked for as {requested}: one name must be used with one lock mode")]
+    /// The name is used in two modes: it is held as a lock of one mode and was asked for as
+    /// another (a `setnx` lock asked for as `reentrant`, a read/write lock asked for as
+    /// `setnx`, ...). **One name, one mode**: the modes keep different data under the key and
+    /// cannot exclude each other, so the second use is refused rather than let in beside the
+    /// first. Nothing was changed.
+    ///
+    /// It shows only when the two uses meet, under concurrency, so a test that runs them one
+    /// after the other passes. The fix is in the code that takes the name: take every use of
+    /// it in one mode. The common case is a name written with
+    /// [`Client::write`](crate::Client::write) (or read with
+    /// [`Client::read`](crate::Client::read)) and also taken in a set with
+    /// [`Client::lock_many`](crate::Client::lock_many), whose names are exclusive (`setnx`)
+    /// locks: take the set with [`Client::write_many`](crate::Client::write_many) instead
+    /// (`#[write_lock(key = [..])]` rather than `#[distributed_lock(key = [..])]`).
+    #[error("lock `{name}` is used in two modes: held as a {held_as} lock, asked for as {requested}; locks of different modes cannot exclude each other. Take every use of one name in one mode (a set of names that are elsewhere taken with `write` or `read`: `write_many`, not `lock_many`)")]
     ModeConflict {
         /// The lock's name.
         name: String,

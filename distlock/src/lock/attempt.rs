@@ -577,7 +577,7 @@ fn not_on_quorum(mode: LockMode) -> String {
     match mode {
         LockMode::Semaphore => crate::semaphore::NOT_ON_QUORUM.to_owned(),
         _ => format!(
-            "the {mode} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock on this client"
+            "the {mode} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock (several names: Client::lock_many) on this client"
         ),
     }
 }

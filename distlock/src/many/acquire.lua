@@ -61,6 +61,24 @@ if busy then
   end
   return {0, busy_ttl, busy}
 end
+-- A token minted now, before any name is taken (a counter holding the application's data
+-- then leaves nothing taken by this call), as on every path that hands one out, a retry's
+-- too: the one an earlier attempt minted never reached the caller, and a counter may have
+-- gone back since (deleted, expired, a restart), so reading the counters could hand out a
+-- token below an earlier one. One token for the set (`fence.lua`'s `mint_set`).
+local top = -1
+if fencing then
+  local counters = {}
+  for i = 1, n do
+    counters[i] = KEYS[n + i]
+  end
+  local bad, at
+  top, bad, at = mint_set(counters)
+  if not top then
+    give_back_ours()
+    return {-1, bad, at}
+  end
+end
 local ttl = tonumber(ARGV[2])
 for i = 1, n do
   if ours[i] then
@@ -71,39 +89,6 @@ for i = 1, n do
     end
   else
     redis.call('set', KEYS[i], owner, 'PX', ARGV[2])
-  end
-end
-if not fencing then
-  return {1, -1}
-end
--- A token minted now, as on every path that hands one out, a retry's too: the one an
--- earlier attempt minted never reached the caller, and a counter may have gone back since
--- (deleted, expired, a restart), so reading the counters could hand out a token below an
--- earlier one.
-local t = redis.call('time')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tokens, top = {}, 0
-for i = 1, n do
-  local fence, bad = mint(KEYS[n + i], now_us)
-  if not fence then
-    -- A counter holds the application's data: undo what this call took (nobody can have
-    -- seen it), give back what an earlier attempt took, leave theirs alone.
-    for j = 1, n do
-      if not ours[j] then
-        redis.call('del', KEYS[j])
-      end
-    end
-    give_back_ours()
-    return {-1, bad, i}
-  end
-  tokens[i] = fence
-  top = math.max(top, fence)
-end
--- One token for the set: above every earlier token of each name (each name's own new token
--- is), and every counter is raised to it, so that each name's next token is above it too.
-for i = 1, n do
-  if tokens[i] < top then
-    redis.call('set', KEYS[n + i], int(top), 'PX', FENCE_KEPT_MS)
   end
 end
 return {1, top}

@@ -119,3 +119,59 @@ fn an_answer_names_the_member_it_concerns() {
         }
     );
 }
+
+/// A write set's calls: each name's lock hash, then each name's readers, then each name's
+/// intents (the read/write lock's helpers, kind by kind), then each counter when fenced: the
+/// layout `write_head.lua` reads. No waited-for mark (the read/write lock publishes on every
+/// release), and an upgrade refusal names its member.
+#[test]
+fn a_write_set_declares_each_names_hash_readers_intents_and_counter() {
+    let key = set(&["b", "a", "c"]);
+    let each =
+        |f: &dyn Fn(&LockKey) -> Vec<u8>| -> Vec<Vec<u8>> { key.members().iter().map(f).collect() };
+    let locks = each(&|m| m.lock().to_vec());
+    let readers = each(&|m| m.helper(Kind::Readers));
+    let intents = each(&|m| m.helper(Kind::Intents));
+    let fences = each(&|m| m.helper(Kind::Fence));
+    let keys = [locks, readers, intents].concat();
+    let write = &super::WRITE_MANY;
+    for (waits, fencing) in [(false, false), (true, false), (false, true), (true, true)] {
+        let ask = Ask {
+            unsure: false,
+            want_holder_ttl: true,
+            waits,
+            fencing,
+            permits: None,
+        };
+        let id = id();
+        let call = write.acquire_cmd(&key, &id, 1000, ask, false);
+        assert!(!call.plain(), "a set is always its script");
+        let mut expected = keys.clone();
+        if fencing {
+            expected.extend(fences.iter().cloned());
+        }
+        assert_eq!(
+            declared(&call.cmd()),
+            expected,
+            "waits {waits}, fencing {fencing}"
+        );
+    }
+    assert_eq!(
+        declared(&write.release_cmd(&key, &id(), "", true, false)),
+        keys
+    );
+    assert_eq!(declared(&write.extend_cmd(&key, &id(), 1000)), keys);
+    let reply = parse_acquire(
+        LockMode::Write,
+        &key,
+        Value::Array(vec![
+            Value::Int(-2),
+            Value::BulkString(b"upgrade".to_vec()),
+            Value::Int(3),
+        ]),
+    );
+    match reply {
+        Err(Error::Upgrade { name }) => assert_eq!(name, key.members()[2].name()),
+        other => panic!("{other:?}"),
+    }
+}

@@ -48,7 +48,7 @@ pub const REDLOCK_NEEDS_QUORUM: &str =
 /// The message of the [`Error::InvalidConfig`] for a list of keys on a lock that takes one
 /// (the attributes refuse it at compile time; this is for code written by other means).
 pub const ONE_KEY_ONLY: &str =
-    "a list of keys takes every name at once, exclusively: #[distributed_lock] as setnx or redlock";
+    "a list of keys takes every name at once: #[distributed_lock] as setnx or redlock, #[write_lock] on each name's write side";
 
 // ---------------------------------------------------------------------------------------------
 // What the attribute asked for.
@@ -287,7 +287,8 @@ async fn acquisition(client: &Client, names: &Names, spec: &Spec) -> Result<Guar
         },
         Names::Many(keys) => match spec.kind {
             Kind::SetNx | Kind::Redlock => client.lock_many(keys.iter().map(|k| k.as_bytes())),
-            Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore(_) => {
+            Kind::Write => client.write_many(keys.iter().map(|k| k.as_bytes())),
+            Kind::Reentrant | Kind::Read | Kind::Semaphore(_) => {
                 return Err(Error::config(ONE_KEY_ONLY));
             }
         },

@@ -16,13 +16,7 @@ local left = 0
 -- otherwise keep the crashed ones' entries until the lock is given up.
 prune(s, now, true)
 if s.writer == owner and has(s.wholds, nonce) then
-  local fields, ends = {}, nil
-  if now + ttl > s.wuntil then
-    s.wuntil, ends = now + ttl, now + ttl
-    fields = {'writer-until', int(s.wuntil)}
-  end
-  write(s, now, fields, ends)
-  left = s.wuntil - now
+  left = renew_write(s, now, ttl) - now
 elseif has(s.own, nonce) then
   left = renew_read(s, owner, now, ttl) - now
 end

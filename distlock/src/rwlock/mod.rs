@@ -66,6 +66,12 @@
 //! price of the policy is the mirror image: a continuous stream of writers can keep readers
 //! waiting. Writers among themselves are not ordered.
 //!
+//! The write side's rule (what a write acquisition finds, taking, re-entering, registering
+//! an intent, giving back) lives in `write.lua`, which the write scripts put after the
+//! prelude, and so do a write set's (`Client::write_many`, `many/write_*.lua`), which apply
+//! it to each of their names: a waiting set is a waiting writer, with its intent, on every
+//! name it does not hold.
+//!
 //! # Fencing
 //!
 //! Only for acquisitions that ask ([`LockRequest::fencing`](crate::LockRequest::fencing));
@@ -104,13 +110,14 @@ use crate::key::Kind;
 use crate::mode::LockMode;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (state loading,
-/// pruning, expiry), then the body.
+/// pruning, expiry), then the body (for the write side, the write side's rule, `write.lua`,
+/// then the body).
 macro_rules! script {
-    ($body:literal) => {
+    ($($part:literal),+) => {
         crate::algorithm::Lua::new(concat!(
             include_str!("../fence.lua"),
             include_str!("prelude.lua"),
-            include_str!($body)
+            $(include_str!($part)),+
         ))
     };
 }
@@ -140,8 +147,8 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     waited_mark: false,
     helpers: &[Kind::Readers, Kind::Intents],
     intents: true,
-    acquire: script!("write_acquire.lua"),
-    release: script!("write_release.lua"),
+    acquire: script!("write.lua", "write_acquire.lua"),
+    release: script!("write.lua", "write_release.lua"),
     extend: script!("extend.lua"),
 });
 

@@ -389,6 +389,21 @@ local function renew_read(s, owner, now, ttl, fields)
   return s.ends
 end
 
+-- Makes the write tenure's lease last at least `ttl` ms from `now` (never shortening it:
+-- another acquisition of the tenure may count on it), writing `fields` (if given) with it.
+-- The caller must be the live writer. Returns the lease's end (server ms).
+local function renew_write(s, now, ttl, fields)
+  fields = fields or {}
+  local ends = nil
+  if now + ttl > s.wuntil then
+    s.wuntil, ends = now + ttl, now + ttl
+    fields[#fields + 1] = 'writer-until'
+    fields[#fields + 1] = int(s.wuntil)
+  end
+  write(s, now, fields, ends)
+  return s.wuntil
+end
+
 -- Adds the read acquisition `nonce` of `owner`, whose lease runs `ttl` ms from `now` (never
 -- shortening the lease the owner already has: another of its holds may count on it).
 local function add_read(s, owner, nonce, now, ttl)

@@ -44,3 +44,4 @@ mod tls;
 mod wakeup;
 mod watchdog;
 mod wire;
+mod write_many;

@@ -27,7 +27,8 @@ const EVENT_LIMIT: Duration = Duration::from_secs(5);
 /// The lease of the holders a waiter waits for: what a missed wake-up would cost.
 const LONG: Duration = Duration::from_secs(30);
 
-static CLUSTER: LazyLock<Keeper<RedisCluster>> = LazyLock::new(|| Keeper::new(RedisCluster::start));
+pub(crate) static CLUSTER: LazyLock<Keeper<RedisCluster>> =
+    LazyLock::new(|| Keeper::new(RedisCluster::start));
 
 async fn value(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Option<String> {
     conn.get(lock_key(name)).await.expect("GET")
@@ -438,7 +439,7 @@ async fn a_dropped_or_failed_acquisition_leaves_no_name_taken() {
 }
 
 /// Names spread over the cluster's masters: two whose slots differ, in the set's order.
-fn two_slots(prefix: &str) -> (String, String) {
+pub(crate) fn two_slots(prefix: &str) -> (String, String) {
     let masters = |n: &str| {
         let slot = RedisCluster::slot_of(lock_key(n).as_bytes());
         CLUSTER.with(move |c| c.master_of_slot(slot))
