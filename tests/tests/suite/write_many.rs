@@ -374,7 +374,7 @@ async fn re_entry_upgrade_lease_and_quorum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_reply_leaves_no_name_held() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let locks = Client::connect(&proxy.url()).await.expect("connect");
     let names = ["l-a", "l-b", "l-c"];
     // One call site for every request: its process record is written with the first, so
