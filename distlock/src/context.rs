@@ -202,12 +202,16 @@ mod tests {
             });
             seen
         };
-        let seen = LockContext::call(LockContext::call(async { chain() })).await;
+        // Each call is made where it is awaited (as the locked fns' `run(..).await`): it takes
+        // the scope it is made in as its parent.
+        let seen = LockContext::call(async { LockContext::call(async { chain() }).await }).await;
         assert_eq!(seen.len(), 3);
         assert_eq!(seen[2], here);
         assert_ne!(seen[0], seen[1]);
         let other = LockContext::new();
-        let seen = other.scope(LockContext::call(async { chain() })).await;
+        let seen = other
+            .scope(async { LockContext::call(async { chain() }).await })
+            .await;
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[1], other);
         assert!(here.to_string().starts_with('t') || here.to_string().starts_with('h'));
