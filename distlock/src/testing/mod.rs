@@ -49,6 +49,7 @@ pub use binary::{server_binary, SERVER_ENV};
 pub use cluster::{TestCluster, TestClusterBuilder};
 pub use faults::end_lease;
 pub use locks::{lock_state, wait_for_waiters, LockState};
+pub use process::spawn_process;
 pub use proxy::FaultProxy;
 pub use quorum::TestQuorum;
 pub use server::{TestServer, TestServerBuilder};

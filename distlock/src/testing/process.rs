@@ -29,8 +29,19 @@ static SPAWNER: LazyLock<Mutex<Option<mpsc::Sender<Spawn>>>> = LazyLock::new(|| 
     Mutex::new(started.ok().map(|_| tx))
 });
 
-/// Spawns `command` (from the spawner thread where there is one).
-pub(super) fn spawn(mut command: Command) -> io::Result<Child> {
+/// Starts `command` as a child that never outlives the test process: on Linux it gets
+/// `SIGKILL` when the process dies, however it dies (`SIGKILL` included), as every server of
+/// this module does. It is spawned from one long-lived thread of the module's, because
+/// Linux ties that signal to the spawning *thread*, and a test's threads end with the test.
+/// For a test's own helper processes (a database, a fake service); the caller still stops
+/// and reaps the child.
+///
+/// ```no_run
+/// let child = distlock::testing::spawn_process(std::process::Command::new("sleep").arg("60"))?;
+/// # drop(child);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn spawn_process(mut command: Command) -> io::Result<Child> {
     die_with_spawning_thread(&mut command);
     let sender = lock(&SPAWNER).clone();
     let Some(sender) = sender else {

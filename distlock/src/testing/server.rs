@@ -304,7 +304,7 @@ impl TestServer {
             .stdin(Stdio::null())
             .stdout(stdio.0)
             .stderr(stdio.1);
-        let child = process::spawn(command)
+        let child = process::spawn_process(command)
             .map_err(|e| self.error(&format!("running {}", self.binary.display()), e))?;
         self.pid = child.id();
         self.child = Some(child);

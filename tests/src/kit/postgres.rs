@@ -249,9 +249,8 @@ impl PostgresServer {
             .arg(self.dir.path())
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off", "-c", "logging_collector=off"]);
-        die_with_spawning_thread(&mut command);
-        let child = command
-            .spawn()
+        // Never outlives the test process, as the Redis servers do.
+        let child = distlock::testing::spawn_process(command)
             .map_err(|e| format!("spawning {}: {e}", bindir.join("postgres").display()))?;
         self.pid = child.id();
         self.child = Some(child);
@@ -397,29 +396,6 @@ fn read_from(path: &Path, offset: u64) -> String {
         .unwrap_or(usize::MAX)
         .min(bytes.len());
     String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// Makes the child get SIGKILL when the spawning thread exits, so PostgreSQL
-/// never outlives a test process that was itself SIGKILLed. (The Redis servers
-/// get the same from `distlock::testing`, whose spawner thread lives as long as
-/// the process.)
-fn die_with_spawning_thread(command: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls the
-    // async-signal-safe prctl, getppid and raise; it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect, in which
-            // case no death signal will ever come.
-            if libc::getppid() as u32 != parent {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Only ever called with the pid of an unreaped child of ours, so the pid
