@@ -37,8 +37,11 @@ static SPAWNER: LazyLock<Mutex<Option<mpsc::Sender<Spawn>>>> = LazyLock::new(|| 
 /// and reaps the child.
 ///
 /// ```no_run
-/// let child = distlock::testing::spawn_process(std::process::Command::new("sleep").arg("60"))?;
-/// # drop(child);
+/// let mut command = std::process::Command::new("sleep");
+/// command.arg("60");
+/// let mut child = distlock::testing::spawn_process(command)?;
+/// child.kill()?;
+/// child.wait()?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn spawn_process(mut command: Command) -> io::Result<Child> {
