@@ -4,9 +4,9 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, guide |
+//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, guide, token |
 //! | wire | conn |
-//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many |
+//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many; fenced (writes fenced by tokens) |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "majority",
             "tasks",
             "guide",
+            "token",
         ],
     ),
     ("wire", &["conn"]),
@@ -48,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "rwlock",
             "semaphore",
             "many",
+            "fenced",
         ],
     ),
     ("nodes", &["nodes"]),
