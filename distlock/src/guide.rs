@@ -11,6 +11,8 @@
 //!   cycle's cost goes.
 //! * [`verification`]: each property and where it is checked, the test suite, the protocol
 //!   models, fuzzing, the examples.
+//! * [`fencing`]: refusing a stalled holder's late writes: the rule, the stores distlock
+//!   fences (Redis, PostgreSQL), fencing any other store, a mark's lifetime.
 
 // The guides link to each other with Markdown reference links whose targets are the `.md`
 // files (right where the files are read); these definitions come first, so they win on
@@ -21,6 +23,7 @@ macro_rules! guide_links {
          [deployments]: crate::guide::deployments\n\
          [design]: crate::guide::design\n\
          [verification]: crate::guide::verification\n\
+         [fencing]: crate::guide::fencing\n\
          [keys]: crate::guide::operations#keys\n\
          [least-privilege]: crate::guide::operations#least-privilege\n\
          [failure-model]: crate::guide::deployments#the-failure-model\n\
@@ -44,3 +47,7 @@ pub mod design {}
 #[doc = guide_links!()]
 #[doc = include_str!("../docs/verification.md")]
 pub mod verification {}
+
+#[doc = guide_links!()]
+#[doc = include_str!("../docs/fencing.md")]
+pub mod fencing {}

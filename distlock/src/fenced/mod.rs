@@ -18,7 +18,7 @@
 //! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
 //! redis-rs async connection.
 //!
-//! With the `postgres` feature, [`postgres`] does the same for PostgreSQL tables: a token
+//! With the `postgres` feature, `fenced::postgres` does the same for PostgreSQL tables: a token
 //! column and a trigger that refuses a lower token, and fenced upserts and updates. Fencing
 //! any other store, and the rule itself: [the fencing guide](crate::guide::fencing).
 

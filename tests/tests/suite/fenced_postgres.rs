@@ -142,11 +142,11 @@ async fn names_that_need_quoting_are_fenced_as_they_are() {
     let db = connect(&pg).await;
     let table = r#"Odd "table"; DROP TABLE keep; --"#;
     let column = "fencing 'token'";
-    db.batch_execute(&format!(
+    db.batch_execute(
         r#"CREATE SCHEMA "my schema";
            CREATE TABLE keep (x int);
-           CREATE TABLE "my schema"."Odd ""table""; DROP TABLE keep; --" ("Key" text PRIMARY KEY, v text)"#
-    ))
+           CREATE TABLE "my schema"."Odd ""table""; DROP TABLE keep; --" ("Key" text PRIMARY KEY, v text)"#,
+    )
     .await
     .expect("create");
     let fence = Fence::new(table, column).in_schema("my schema");
