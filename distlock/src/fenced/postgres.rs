@@ -54,7 +54,8 @@
 //! # The driver
 //!
 //! [`tokio-postgres`](tokio_postgres), not `sqlx`: it is what the pools most services use are
-//! built on (`deadpool-postgres`, `bb8-postgres`; pass `&**conn`), it runs on Tokio as distlock
+//! built on (`deadpool-postgres`, `bb8-postgres`: pass the pooled `Client`, `&**conn` with
+//! deadpool), it runs on Tokio as distlock
 //! does, it takes a [`Client`](tokio_postgres::Client) or a
 //! [`Transaction`](tokio_postgres::Transaction) alike ([`GenericClient`]), and it adds no
 //! compile-time query checking, macros or database connection at build time: the statements
@@ -167,7 +168,8 @@ impl Fence {
 
     /// Installs the fence on the table (the statements of [`schema_sql`](Self::schema_sql),
     /// in one transaction; concurrent installs wait for each other). Run it at start-up or
-    /// in a migration; again is harmless.
+    /// in a migration; again is harmless. It needs the rights of the table's owner (to add the
+    /// column and the trigger) and `CREATE` on the schema (for the function).
     pub async fn install(&self, db: &(impl GenericClient + Sync)) -> Result<(), Error> {
         let sql = self.schema_sql()?;
         db.batch_execute(&sql).await.map_err(store)
