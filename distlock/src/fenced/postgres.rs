@@ -456,6 +456,9 @@ mod tests {
             r#"UPDATE "billing"."accounts" SET "balance" = $1, "fencing_token" = $2 WHERE "id" = $3 AND "owner" = $4"#
         );
         assert!(fence.update_sql(&[], values).is_err());
+        // What `refusal` looks for is what the trigger raises.
+        assert!(FUNCTION_BODY.contains(&format!("CONSTRAINT = '{REFUSAL_CONSTRAINT}'")));
+        assert!(FUNCTION_BODY.contains("ERRCODE = 'check_violation'"));
         let sql = fence.schema_sql().unwrap();
         assert!(
             sql.contains(r#"CREATE OR REPLACE FUNCTION "billing"."distlock_refuse_stale_token"()"#)
