@@ -14,6 +14,8 @@
 //! * `testing` (feature `testing`): testing an application's locked code: a throwaway server
 //!   per test, faults on demand (a lease lost mid-body, a silent or restarted server, lost
 //!   replies), assertions about who holds a lock, an axum handler's tests worked through.
+//! * [`fencing`]: refusing a stalled holder's late writes: the rule, the stores distlock
+//!   fences (Redis, PostgreSQL), fencing any other store, a mark's lifetime.
 
 // The guides link to each other with Markdown reference links whose targets are the `.md`
 // files (right where the files are read); these definitions come first, so they win on
@@ -24,6 +26,7 @@ macro_rules! guide_links {
          [deployments]: crate::guide::deployments\n\
          [design]: crate::guide::design\n\
          [verification]: crate::guide::verification\n\
+         [fencing]: crate::guide::fencing\n\
          [keys]: crate::guide::operations#keys\n\
          [least-privilege]: crate::guide::operations#least-privilege\n\
          [failure-model]: crate::guide::deployments#the-failure-model\n\
@@ -53,3 +56,6 @@ pub mod verification {}
 #[doc = guide_links!()]
 #[doc = include_str!("../docs/testing.md")]
 pub mod testing {}
+#[doc = guide_links!()]
+#[doc = include_str!("../docs/fencing.md")]
+pub mod fencing {}

@@ -73,6 +73,7 @@
 //! | `axum` | `impl IntoResponse for Error`, with the status of [`Error::http_status`] and a body that names nothing internal; `HandlerError`, a handler's error type that any error converts into |
 //! | `cli` | the `distlock` command for operators: `cargo install distlock --features cli` |
 //! | `testing` | for `[dev-dependencies]`: a throwaway Redis per test, faults on demand, lock assertions (`distlock::testing`; the guide: `docs/testing.md`) |
+//! | `postgres` | `fenced::postgres`: PostgreSQL tables that refuse a write carrying an older fencing token (a trigger), fenced upserts and updates (tokio-postgres) |
 //!
 //! # Modes
 //!
@@ -163,7 +164,8 @@
 //!
 //! [Operations](guide::operations) (traces, metrics, inspection, the CLI, least privilege,
 //! keys, scheduled jobs), [Deployments](guide::deployments) (and the failure model),
-//! [Design](guide::design), [Verification](guide::verification). The attributes' arguments:
+//! [Design](guide::design), [Verification](guide::verification), [Fencing](guide::fencing)
+//! (refusing a stalled holder's writes, in Redis, PostgreSQL or any store). The attributes' arguments:
 //! [`distributed_lock`].
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -8,42 +8,37 @@
 //! same lock; a store that remembers the largest token it has seen and refuses smaller ones
 //! turns that late write into a refusal.
 //!
-//! Here the store is one table, `fenced_records (name, value, fencing_token)`, guarded twice:
-//! [`fenced_write`] writes only if no larger token was written before (a conditional upsert;
-//! a refused write changes nothing and says so), and a trigger refuses *any* update that would
-//! lower a row's token, so other statements cannot slip a stale write past the fence either.
-//! An equal token is accepted: one holder may write several times during one tenure.
+//! Here the store is one table, `fenced_records (name, value)`, fenced by distlock's
+//! PostgreSQL fence ([`distlock::fenced::postgres`]): [`create_schema`] creates the table and
+//! installs the fence (a `fencing_token` column and a trigger that refuses any update lowering
+//! it), and [`fenced_write`] is the library's fenced upsert, with the refusal turned into a
+//! value: a refused write changes nothing and says so. Because the trigger holds the rule,
+//! other statements cannot slip a stale token past the fence either. An equal token is
+//! accepted: one holder may write several times during one tenure.
 
-use tokio_postgres::error::SqlState;
+use distlock::fenced::postgres::Fence;
+use distlock::{Error, FencingToken};
 use tokio_postgres::Client;
 
-/// Creates the table and its trigger (idempotent).
+/// Creates the table (idempotent); [`create_schema`] adds the fence.
 pub const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS fenced_records (
-    name          text   PRIMARY KEY,
-    value         text   NOT NULL,
-    fencing_token bigint NOT NULL
+    name  text PRIMARY KEY,
+    value text NOT NULL
 );
-
-CREATE OR REPLACE FUNCTION fenced_records_refuse_stale() RETURNS trigger AS $$
-BEGIN
-    IF NEW.fencing_token < OLD.fencing_token THEN
-        RAISE EXCEPTION 'stale fencing token % for %: % was written already',
-            NEW.fencing_token, OLD.name, OLD.fencing_token
-            USING ERRCODE = 'check_violation';
-    END IF;
-    RETURN NEW;
-END
-$$ LANGUAGE plpgsql;
-
-CREATE OR REPLACE TRIGGER fenced_records_fence
-    BEFORE UPDATE ON fenced_records
-    FOR EACH ROW EXECUTE FUNCTION fenced_records_refuse_stale();
 "#;
 
-/// Creates the table and trigger of [`SCHEMA`].
-pub async fn create_schema(db: &Client) -> Result<(), tokio_postgres::Error> {
-    db.batch_execute(SCHEMA).await
+/// The fence on `fenced_records`: its token in `fencing_token`.
+pub fn fence() -> Fence {
+    Fence::new("fenced_records", "fencing_token")
+}
+
+/// Creates the table of [`SCHEMA`] and installs the fence on it.
+pub async fn create_schema(db: &Client) -> Result<(), Error> {
+    db.batch_execute(SCHEMA).await.map_err(|e| Error::Store {
+        source: Box::new(e),
+    })?;
+    fence().install(db).await
 }
 
 /// What became of a [`fenced_write`].
@@ -65,21 +60,15 @@ pub async fn fenced_write(
     name: &str,
     value: &str,
     token: u64,
-) -> Result<Write, tokio_postgres::Error> {
-    let written = db
-        .execute(
-            "INSERT INTO fenced_records (name, value, fencing_token) VALUES ($1, $2, $3)
-             ON CONFLICT (name) DO UPDATE
-                 SET value = EXCLUDED.value, fencing_token = EXCLUDED.fencing_token
-                 WHERE fenced_records.fencing_token <= EXCLUDED.fencing_token",
-            &[&name, &value, &as_sql(token)],
-        )
-        .await?;
-    if written == 1 {
-        return Ok(Write::Applied);
+) -> Result<Write, Error> {
+    match fence()
+        .upsert(db, &[("name", &name)], &[("value", &value)], token)
+        .await
+    {
+        Ok(()) => Ok(Write::Applied),
+        Err(Error::StaleToken { highest, .. }) => Ok(Write::Refused { latest: highest }),
+        Err(e) => Err(e),
     }
-    let latest = read(db, name).await?.map_or(0, |(_, latest)| latest);
-    Ok(Write::Refused { latest })
 }
 
 /// The stored value and token of `name`, if any.
@@ -96,12 +85,7 @@ pub async fn read(db: &Client, name: &str) -> Result<Option<(String, u64)>, toki
     }))
 }
 
-/// Whether `error` is the trigger refusing a stale token.
-pub fn is_stale_token_error(error: &tokio_postgres::Error) -> bool {
-    error.code() == Some(&SqlState::CHECK_VIOLATION)
-}
-
-/// Tokens come from a Redis `INCR`, a signed 64-bit counter, so they always fit a `bigint`.
+/// A token as the `bigint` column holds it: tokens distlock mints are below 2^63.
 pub fn as_sql(token: u64) -> i64 {
-    i64::try_from(token).expect("fencing tokens are Redis INCR values, below 2^63")
+    i64::try_from(FencingToken::new(token)).expect("fencing tokens distlock mints are below 2^63")
 }

@@ -233,6 +233,12 @@ mod tests {
                 500,
             ),
             (Error::ShutDown { name: NAME.into() }, 503),
+            (
+                Error::Store {
+                    source: "relation \"account_secret\" at 10.1.2.3:7411".into(),
+                },
+                500,
+            ),
         ];
         for (e, status) in cases {
             let shown = e.to_string();

@@ -17,6 +17,10 @@
 //!
 //! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
 //! redis-rs async connection.
+//!
+//! With the `postgres` feature, `fenced::postgres` does the same for PostgreSQL tables: a token
+//! column and a trigger that refuses a lower token, and fenced upserts and updates. Fencing
+//! any other store, and the rule itself: [the fencing guide](crate::guide::fencing).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -32,6 +36,10 @@ use crate::token::FencingToken;
 /// How long a key's mark is kept after its last write, at least (and never less than the
 /// key's own expiry): one day, the fencing counter's retention.
 pub const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 
 static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua")));
 

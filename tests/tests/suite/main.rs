@@ -23,6 +23,7 @@ mod connections;
 mod edges;
 mod faults;
 mod fenced;
+mod fenced_postgres;
 mod grant_time;
 mod handoff;
 mod keys;

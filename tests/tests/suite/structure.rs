@@ -6,7 +6,7 @@
 //! |---|---|
 //! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, token, guide |
 //! | wire | conn |
-//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many |
+//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many; fenced (writes fenced by tokens) |
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |

@@ -1,0 +1,304 @@
+//! PostgreSQL writes the table fences (`distlock::fenced::postgres`), against a private
+//! PostgreSQL the kit starts: a token below the row's is refused and changes nothing, an equal
+//! or higher one writes, a database failure is another error than a refusal, and a holder
+//! stalled past its lease cannot overwrite its successor's row, end to end.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::client;
+use distlock::fenced::postgres::{classify, Fence};
+use distlock::{Client, Error};
+use distlock_testkit::{FaultProxy, PostgresServer, RedisServer};
+use tokio_postgres::types::ToSql;
+
+/// A connection to `pg` (its connection task runs until the client is dropped).
+async fn connect(pg: &PostgresServer) -> tokio_postgres::Client {
+    let (db, connection) = tokio_postgres::connect(&pg.conninfo(), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the private PostgreSQL");
+    tokio::spawn(connection);
+    db
+}
+
+/// The application's table, before any fence: `accounts (id, owner, balance)`.
+async fn accounts(db: &tokio_postgres::Client) -> Fence {
+    db.batch_execute(
+        "CREATE TABLE accounts (
+             id      bigint PRIMARY KEY,
+             owner   text   NOT NULL,
+             balance bigint NOT NULL CHECK (balance >= 0)
+         )",
+    )
+    .await
+    .expect("create the table");
+    let fence = Fence::new("accounts", "fencing_token");
+    fence.install(db).await.expect("install the fence");
+    fence
+}
+
+async fn row(db: &tokio_postgres::Client, id: i64) -> Option<(String, i64, i64)> {
+    db.query_opt(
+        "SELECT owner, balance, fencing_token FROM accounts WHERE id = $1",
+        &[&id],
+    )
+    .await
+    .expect("read")
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+}
+
+fn stale<T: std::fmt::Debug>(result: Result<T, Error>, token: u64, highest: u64) {
+    match result {
+        Err(Error::StaleToken {
+            token: t,
+            highest: h,
+        }) if t == token && h == highest => {}
+        other => panic!("expected token {token} refused below {highest}: {other:?}"),
+    }
+}
+
+/// Lower refused (nothing changed), equal and higher written, by the upsert and the update
+/// alike; a statement of the application's that writes a lower token is refused as well.
+#[tokio::test]
+async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let fence = accounts(&db).await;
+    let id = 7_i64;
+    let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
+    fence
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &10_i64)], 10_u64)
+        .await
+        .expect("insert");
+    fence
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &11_i64)], 10_u64)
+        .await
+        .expect("the same token again");
+    assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
+    stale(
+        fence
+            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 9_u64)
+            .await,
+        9,
+        10,
+    );
+    assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
+
+    let updated = fence
+        .update(&db, key, &[("owner", &"B"), ("balance", &20_i64)], 12_u64)
+        .await
+        .expect("a higher token");
+    assert_eq!(updated, 1);
+    stale(
+        fence
+            .update(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .await,
+        11,
+        12,
+    );
+    stale(
+        fence
+            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .await,
+        11,
+        12,
+    );
+    assert_eq!(row(&db, id).await, Some(("B".into(), 20, 12)));
+    let none = fence
+        .update(
+            &db,
+            &[("id", &8_i64)],
+            &[("owner", &"B"), ("balance", &1_i64)],
+            12_u64,
+        )
+        .await
+        .expect("no such row");
+    assert_eq!(none, 0, "an update inserts nothing");
+    assert_eq!(row(&db, 8).await, None);
+
+    // The trigger, not the helper, holds the rule: a statement of the application's own that
+    // lowers the token is refused too.
+    let by_hand = db
+        .execute(
+            "UPDATE accounts SET owner = 'by hand', fencing_token = 3 WHERE id = 7",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(e, 3_u64));
+    stale(by_hand, 3, 12);
+    assert_eq!(row(&db, id).await, Some(("B".into(), 20, 12)));
+
+    // Installed again (another instance starting), nothing changes.
+    fence.install(&db).await.expect("install again");
+    assert_eq!(row(&db, id).await, Some(("B".into(), 20, 12)));
+}
+
+/// Names are the application's and always quoted: a table and column whose names need
+/// quoting (spaces, quotes, capitals, SQL) are fenced like any other, and nothing else runs.
+#[tokio::test]
+async fn names_that_need_quoting_are_fenced_as_they_are() {
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let table = r#"Odd "table"; DROP TABLE keep; --"#;
+    let column = "fencing 'token'";
+    db.batch_execute(
+        r#"CREATE SCHEMA "my schema";
+           CREATE TABLE keep (x int);
+           CREATE TABLE "my schema"."Odd ""table""; DROP TABLE keep; --" ("Key" text PRIMARY KEY, v text)"#,
+    )
+    .await
+    .expect("create");
+    let fence = Fence::new(table, column).in_schema("my schema");
+    fence.install(&db).await.expect("install");
+    let k = "k";
+    let key: &[(&str, &(dyn ToSql + Sync))] = &[("Key", &k)];
+    fence
+        .upsert(&db, key, &[("v", &"new")], 5_u64)
+        .await
+        .expect("write");
+    stale(fence.upsert(&db, key, &[("v", &"old")], 4_u64).await, 4, 5);
+    let v: String = db
+        .query_one(
+            r#"SELECT v FROM "my schema"."Odd ""table""; DROP TABLE keep; --""#,
+            &[],
+        )
+        .await
+        .expect("read")
+        .get(0);
+    assert_eq!(v, "new");
+    db.execute("SELECT * FROM keep", &[])
+        .await
+        .expect("no name ran as SQL");
+}
+
+/// The database's own failures are `Error::Store`, never a refusal: a missing table, and the
+/// application's own CHECK constraint, which PostgreSQL reports with the same SQLSTATE as the
+/// fence's refusal (`23514`). Installing on a missing table fails the same way.
+#[tokio::test]
+async fn a_database_failure_is_a_store_error_not_a_refusal() {
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let fence = accounts(&db).await;
+    let id = 1_i64;
+    let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
+    fence
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &5_i64)], 1_u64)
+        .await
+        .expect("write");
+
+    let negative = fence
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &-1_i64)], 2_u64)
+        .await;
+    let Err(Error::Store { source }) = &negative else {
+        panic!("the application's CHECK is not a refusal: {negative:?}");
+    };
+    let pg_error = source
+        .downcast_ref::<tokio_postgres::Error>()
+        .expect("the driver's error");
+    assert_eq!(
+        pg_error.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION)
+    );
+    let e = negative.unwrap_err();
+    assert!(!e.is_retryable() && !e.is_transient(), "{e}");
+    assert_eq!(e.http_status(), 500);
+    assert!(e.to_string().starts_with("the fenced store failed"), "{e}");
+
+    let missing = Fence::new("no_such_table", "fencing_token");
+    let write = missing.upsert(&db, key, &[("owner", &"A")], 3_u64).await;
+    assert!(matches!(write, Err(Error::Store { .. })), "{write:?}");
+    let install = missing.install(&db).await;
+    assert!(matches!(install, Err(Error::Store { .. })), "{install:?}");
+
+    // A token above what a bigint holds never reaches the database.
+    let huge = fence.upsert(&db, key, &[("owner", &"A")], u64::MAX).await;
+    assert!(matches!(huge, Err(Error::InvalidConfig { .. })), "{huge:?}");
+    assert_eq!(row(&db, id).await, Some(("A".into(), 5, 1)));
+
+    // A connection that is gone.
+    drop(pg);
+    let down = fence.upsert(&db, key, &[("owner", &"A")], 4_u64).await;
+    assert!(matches!(down, Err(Error::Store { .. })), "{down:?}");
+}
+
+/// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock with fencing
+/// (ttl 1 s) through a proxy that freezes until A's guard reports its lease lost; B takes the
+/// lock and writes its value; the proxy thaws and A writes with its old token, fenced or as a
+/// plain `UPDATE` that does not set the token. Returns the owner the row is left with.
+async fn stalled_holder_writes(fenced_write: bool) -> String {
+    let server = RedisServer::start();
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let fence = accounts(&db).await;
+    let proxy = FaultProxy::start_for(&server);
+    let a = Client::connect(&proxy.url()).await.expect("connect A");
+    let b = client(&server).await;
+    let name = "account:42";
+    let id = 42_i64;
+    let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
+
+    let guard_a = a
+        .lock(name)
+        .fencing(true)
+        .ttl(Duration::from_secs(1))
+        .try_acquire()
+        .await
+        .expect("free");
+    let token_a = guard_a.fencing_token().expect("fenced");
+    fence
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], token_a)
+        .await
+        .expect("A writes while it holds the lock");
+    proxy.freeze();
+    guard_a.lost().await;
+    let guard_b = b
+        .lock(name)
+        .fencing(true)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("B gets the lock once A's lease ended");
+    let token_b = guard_b.fencing_token().expect("fenced");
+    assert!(token_b > token_a);
+    fence
+        .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], token_b)
+        .await
+        .expect("B writes");
+    proxy.thaw();
+
+    if fenced_write {
+        let late = fence
+            .update(&db, key, &[("owner", &"A"), ("balance", &3_i64)], token_a)
+            .await;
+        stale(late, token_a, token_b);
+    } else {
+        db.execute(
+            "UPDATE accounts SET owner = 'A', balance = 3 WHERE id = 42",
+            &[],
+        )
+        .await
+        .expect("an unfenced write is not refused");
+    }
+    drop(guard_a);
+    guard_b.release().await.expect("release");
+    let (owner, _, token) = row(&db, id).await.expect("the row");
+    assert_eq!(
+        u64::try_from(token).unwrap(),
+        token_b,
+        "no write lowered the token"
+    );
+    owner
+}
+
+/// End to end: the stalled holder's late write is refused by the table, and B's row stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holders_late_write_is_refused_by_postgres() {
+    assert_eq!(stalled_holder_writes(true).await, "B");
+}
+
+/// The control: the same run with a plain `UPDATE` (no token) loses B's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_the_stalled_holder_overwrites_its_successor() {
+    assert_eq!(stalled_holder_writes(false).await, "A");
+}
