@@ -231,7 +231,7 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
     let pg = PostgresServer::start();
     let db = connect(&pg).await;
     let fence = accounts(&db).await;
-    let proxy = FaultProxy::start_for(&server);
+    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
     let a = Client::connect(&proxy.url()).await.expect("connect A");
     let b = client(&server).await;
     let name = "account:42";
