@@ -168,9 +168,13 @@ impl From<Error> for AppError {
     }
 }
 
+/// Set once `endless`'s body runs (under its lock).
+static ENDLESS_RUNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[distributed_lock(key = "job:<id>", client = locks, ttl = "5s")]
 async fn endless(locks: &Client, id: u32) -> Result<(), AppError> {
     let _ = id;
+    ENDLESS_RUNS.store(true, std::sync::atomic::Ordering::SeqCst);
     std::future::pending::<()>().await;
     Ok(())
 }
@@ -185,11 +189,14 @@ async fn a_locked_fn_running_at_shutdown_is_cancelled_with_its_lease_lost() {
         let locks = locks.clone();
         async move { endless(&locks, 7).await }
     });
+    // The body runs (the key on the server alone is not enough: the guard may still be on its
+    // way to the client, and a shutdown then ends the acquisition instead).
     let running = wait_until_async(Duration::from_secs(10), || async {
-        exists(&server, "job:7").await
+        ENDLESS_RUNS.load(std::sync::atomic::Ordering::SeqCst)
     })
     .await;
-    assert!(running, "the fn never took its lock");
+    assert!(running, "the fn's body never ran");
+    assert!(exists(&server, "job:7").await);
     let report = locks.shutdown(Duration::from_secs(30)).await;
     assert_eq!(report.released, 1, "{report:?}");
     let outcome = call.await.expect("the call's task");
