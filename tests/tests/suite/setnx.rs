@@ -146,7 +146,7 @@ async fn no_fencing_by_default_no_counter_no_script() {
     // Only the three releases ran a script, beside the process record's write (one script
     // call with one HSET, `nodes/record.lua`). A server without `SET .. NX .. GET` (Redis
     // 6.2) has the acquire script take the lock for a caller that does not wait
-    // (docs/deployments.md, "Redis versions"): its `SET` is counted above, and the script too.
+    // (docs/deployments.md, "Server versions"): its `SET` is counted above, and the script too.
     let acquire_scripts = if common::has_set_nx_get(&server) {
         0
     } else {
