@@ -105,9 +105,9 @@ install_redis_70() {
 # 3), waits and wake-ups, fencing (every mode's fencing tests are in its module), and the Cluster.
 # The Sentinel failover and the election are test files of their own.
 # `servers` checks that the kit runs the named server, and what differs between the servers
-# (tests/tests/servers.rs).
+# (tests/tests/suite/servers.rs).
 CHECKS=(
-  "servers|--test servers"
+  "servers|--test suite -- servers::"
   "modes|--test suite -- setnx:: reentrant:: rwlock:: semaphore:: many:: redlock::"
   "wakeups|--test suite -- wakeup:: handoff:: liveness:: keys::"
   "cluster|--test suite -- cluster::"
@@ -116,8 +116,7 @@ CHECKS=(
 )
 
 # Builds the test binaries once, before any leg runs (the timings are the tests').
-cargo test -p distlock-testkit --test suite --test sentinel --test election --test servers \
-  --no-run --quiet
+cargo test -p distlock-testkit --test suite --test sentinel --test election --no-run --quiet
 
 mkdir -p "$LOGS"
 passed=0

@@ -128,7 +128,7 @@ async fn read_write_lock_excludes_across_processes() {
 
 /// A waiter sleeps on the lock's shard channel (SSUBSCRIBE on the slot's master, not a
 /// broadcast channel) and is woken by the release long before the holder's ttl. On Redis 6.2
-/// (no sharded pub/sub) it polls, and gets the lock as soon (`tests/tests/servers.rs` checks
+/// (no sharded pub/sub) it polls, and gets the lock as soon (`tests/tests/suite/servers.rs` checks
 /// what that polling costs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_through_sharded_pub_sub() {

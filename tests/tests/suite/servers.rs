@@ -1,8 +1,8 @@
 //! What differs between the servers the matrix runs on (`tests/matrix.sh`: Redis 6.2, 7.0,
 //! Valkey 8.1), asserted as `docs/deployments.md` documents it; and that the kit runs the
-//! server the matrix names. In the suite (`tests/run.sh`) these run on the Redis found there.
+//! server the matrix names. In `tests/run.sh` these run on the Redis found there.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
