@@ -8,7 +8,7 @@
 #   bash tests/matrix.sh               # every server but 7.0 (the suite covers it)
 #   bash tests/matrix.sh redis-7.0     # or name the legs: redis-6.2 valkey-8.1 redis-7.0
 #
-# One line per server and check (`valkey-8.1  cluster  ok (9 tests, 31 s)`), then
+# One line per server and check (`valkey-8.1  cluster  ok (9 tests, 25 s; server 8.1.8)`), then
 # `N passed, N failed`; the exit status is 1 if any check failed. A failing check's output is
 # kept in target/servers/logs/<server>-<check>.log.
 set -euo pipefail
@@ -115,8 +115,16 @@ CHECKS=(
   "election|--test election"
 )
 
+# DISTLOCK_MATRIX_FULL=1 adds the Cluster failovers (tests/tests/cluster_failover.rs: masters
+# killed and paused under held locks; about 30-45 s a server), left out of CI's budget.
+builds=(--test suite --test sentinel --test election)
+if [ "${DISTLOCK_MATRIX_FULL:-}" = 1 ]; then
+  CHECKS+=("cluster-failover|--test cluster_failover")
+  builds+=(--test cluster_failover)
+fi
+
 # Builds the test binaries once, before any leg runs (the timings are the tests').
-cargo test -p distlock-testkit --test suite --test sentinel --test election --no-run --quiet
+cargo test -p distlock-testkit "${builds[@]}" --no-run --quiet
 
 mkdir -p "$LOGS"
 passed=0
@@ -134,7 +142,7 @@ for leg in "${legs[@]}"; do
     ;;
   esac
   if ! $install; then
-    printf '%-11s %-9s %s\n' "$leg" "-" "FAILED (the server could not be had)"
+    printf '%-11s %-16s %s\n' "$leg" "-" "FAILED (the server could not be had)"
     failed=$((failed + 1))
     continue
   fi
@@ -150,18 +158,22 @@ for leg in "${legs[@]}"; do
       cargo test -p distlock-testkit --quiet "${args[@]}" >"$log" 2>&1 || status=$?
     secs=$(($(date +%s) - started))
     tests=$(grep -E '^test result:' "$log" | awk '{p += $4; f += $6} END {print p + f}')
+    if [ $status = 0 ] && [ "${tests:-0}" = 0 ]; then
+      echo "no test matched: $log" >>"$log"
+      status=1
+    fi
     if [ $status = 0 ]; then
-      printf '%-11s %-9s ok (%s tests, %s s; server %s)\n' "$leg" "$name" "${tests:-0}" "$secs" "$version"
+      printf '%-11s %-16s ok (%s tests, %s s; server %s)\n' "$leg" "$name" "${tests:-0}" "$secs" "$version"
       passed=$((passed + 1))
       rm -f "$log"
     else
-      printf '%-11s %-9s FAILED (%s tests, %s s; server %s): %s\n' "$leg" "$name" "${tests:-0}" \
+      printf '%-11s %-16s FAILED (%s tests, %s s; server %s): %s\n' "$leg" "$name" "${tests:-0}" \
         "$secs" "$version" "$log"
       grep -E '^    [a-z_:]+$|^test .* FAILED$' "$log" | sed 's/^/    /' | head -20 || true
       failed=$((failed + 1))
     fi
   done
-  printf '%-11s %-9s %s s\n' "$leg" "total" "$(($(date +%s) - leg_started))"
+  printf '%-11s %-16s %s s\n' "$leg" "total" "$(($(date +%s) - leg_started))"
 done
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
