@@ -51,9 +51,9 @@ pub(crate) struct Notifier {
 }
 
 /// How long a server's refusal of the subscription command is taken as its answer for every
-/// channel. Asked on every poll, a Redis 6 Cluster answered each waiter's `SSUBSCRIBE` with an
-/// error that also made redis-rs refresh its slot map; asked again after this, a Cluster
-/// upgraded to 7.0 meanwhile gives its waiters their wake-ups back.
+/// channel. Asked on every poll, a Redis 6 Cluster refused one waiter's `SSUBSCRIBE` 500 times
+/// in 2 s (`suite/servers.rs`); asked again after this, a Cluster upgraded to 7.0 meanwhile
+/// gives its waiters their wake-ups back.
 const REFUSAL_MEMO: Duration = Duration::from_secs(10);
 
 /// The server does not know the command (`ERR unknown command`): it will not later either.
