@@ -45,6 +45,29 @@ pub(crate) struct Notifier {
     nodes: Arc<Nodes>,
     /// The task that sees the subscriptions' connection back (none on a quorum).
     rejoin: Option<tokio::task::AbortHandle>,
+    /// When the server last refused the subscription as an unknown command (`SSUBSCRIBE` on
+    /// a Redis 6 Cluster): for [`REFUSAL_MEMO`] after that, waiters poll without asking again.
+    refused_at: std::sync::Mutex<Option<Instant>>,
+}
+
+/// How long a server's refusal of the subscription command is taken as its answer for every
+/// channel. Asked on every poll, a Redis 6 Cluster refused one waiter's `SSUBSCRIBE` 500 times
+/// in 2 s (`suite/servers.rs`); asked again after this, a Cluster upgraded to 7.0 meanwhile
+/// gives its waiters their wake-ups back.
+const REFUSAL_MEMO: Duration = Duration::from_secs(10);
+
+/// The server does not know the command (`ERR unknown command`): it will not later either.
+fn is_unknown_command(e: &redis::RedisError) -> bool {
+    e.to_string().contains("unknown command")
+}
+
+/// The error a waiter gets in place of a subscription the server refused recently.
+fn refused() -> redis::RedisError {
+    (
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+        "unknown command: the server refused the wake-up subscription lately; polling",
+    )
+        .into()
 }
 
 impl Drop for Notifier {
@@ -69,7 +92,13 @@ impl Notifier {
             channels,
             nodes,
             rejoin,
+            refused_at: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether the server refused the subscription command less than [`REFUSAL_MEMO`] ago.
+    fn refused_recently(&self) -> bool {
+        lock(&self.refused_at).is_some_and(|at| at.elapsed() < REFUSAL_MEMO)
     }
 
     /// Stops the task behind [`rejoins`](Self::rejoins), for good (the client is shut down or
@@ -148,7 +177,15 @@ impl Notifier {
         let channel = key.channel();
         let nodes = &self.nodes;
         if !nodes.is_quorum() {
-            nodes.nodes[0].conn.clone().subscribe(&channel).await?;
+            if self.refused_recently() {
+                return Err(refused());
+            }
+            if let Err(e) = nodes.nodes[0].conn.clone().subscribe(&channel).await {
+                if is_unknown_command(&e) {
+                    *lock(&self.refused_at) = Some(Instant::now());
+                }
+                return Err(e);
+            }
             subscribed.push(0);
             ch.wake_alls.fetch_add(1, Ordering::AcqRel);
             return Ok((subscription, true));

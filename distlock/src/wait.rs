@@ -197,16 +197,23 @@ impl<'a> Waiter<'a> {
         left: Duration,
     ) {
         if !failed {
-            // The server answered: a later failure starts its backoff afresh.
-            self.backoffs = 0;
             // +1 ms: PTTL rounds down, and the key must be gone when we retry.
             let cap = match holder_ttl {
                 Some(t) => t + Duration::from_millis(1),
                 None => self.known_holder_left().unwrap_or(UNKNOWN_HOLDER),
             };
             if Box::pin(self.sleep_subscribed(cap, holder_ttl.is_some(), left)).await {
+                // The server answered and the waiter slept subscribed: a later failure
+                // starts its backoff afresh.
+                self.backoffs = 0;
                 return;
             }
+            // The server answered but no subscription could be made (its connection is down,
+            // or the server refuses it: a Redis 6 Cluster has no `SSUBSCRIBE`): poll with the
+            // backoff growing from one answered attempt to the next. Reset on every answer,
+            // it stayed at its first step, and a waiter attempted (and tried to subscribe)
+            // every 1-2 ms for the whole of the holder's lease.
+            self.backoffs = self.backoffs.max(1);
         }
         self.in_flight = None;
         // A probe that failed leaves the next attempt to another waiter.

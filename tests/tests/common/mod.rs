@@ -83,6 +83,41 @@ pub async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     counts.first().map_or(0, |(_, n)| *n)
 }
 
+/// `(major, minor)` of `server`'s `redis_version` (Valkey gives the Redis version it is
+/// compatible with: 7.2 for Valkey 8). The matrix (`tests/matrix.sh`) runs these tests on
+/// Redis 6.2, 7.0 and Valkey 8.1; a test whose subject a server lacks asserts what
+/// `docs/deployments.md` documents for it.
+pub fn server_version(server: &RedisServer) -> (u32, u32) {
+    let info = server.info("server");
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_else(|| panic!("no redis_version in INFO server of {}", server.addr()));
+    let mut parts = version.trim().split('.').map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Whether `server` has sharded pub/sub (`SSUBSCRIBE`, `PUBSUB SHARDNUMSUB`: Redis 7.0 and
+/// later, Valkey). Without it (Redis 6.2), a Cluster's waiters are not woken: they poll, with
+/// backoff, capped by the holder's lease.
+pub fn has_sharded_pub_sub(server: &RedisServer) -> bool {
+    server_version(server) >= (7, 0)
+}
+
+/// Whether `server` takes `SET .. NX .. GET` (7.0 and later): before, a setnx lock for a caller
+/// that does not wait is taken with the acquire script instead of the plain `SET`.
+pub fn has_set_nx_get(server: &RedisServer) -> bool {
+    server_version(server) >= (7, 0)
+}
+
+/// On a Cluster without sharded pub/sub, where a waiter polls instead of listening on its
+/// shard channel: stands in for the wait until it listens, giving it time to find the lock
+/// busy and start polling. True, as that wait's answer.
+pub async fn polling_started() -> bool {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    true
+}
+
 /// Runs `f` as an owner distinct from the calling task.
 pub async fn as_other_owner<F: std::future::Future>(f: F) -> F::Output {
     LockContext::new().scope(f).await
@@ -196,7 +231,7 @@ pub async fn assert_safe(observer: &Observer) {
 /// The ACL rules the operations guide gives a locking service (after `on >password`). `INFO`
 /// is filed under `@dangerous`: the client reads the server's eviction policy with it.
 pub const ACL_RULES: &str =
-    "~distlock:* &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous +info";
+    "~distlock:* resetchannels &distlock:* +@connection +@scripting +@read +@write +@pubsub +time -@dangerous +info";
 
 /// Creates (or replaces) the user `locker`, password `s3cret`, with `rules` on `server`, and
 /// returns its URL there. ACLs are per server: a deployment needs it on every server.
