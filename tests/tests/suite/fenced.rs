@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::client;
 use distlock::fenced::{mark_key, FencedRedis};
-use distlock::{Client, Error, FencingToken};
+use distlock::{Client, Error, FencingToken, Guard};
 use distlock_testkit::{FaultProxy, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -17,7 +17,7 @@ async fn store(server: &RedisServer) -> FencedRedis<MultiplexedConnection> {
     FencedRedis::new(server.async_connection().await)
 }
 
-fn stale(result: Result<impl std::fmt::Debug, Error>, token: u64, highest: u64) {
+pub(crate) fn stale(result: Result<impl std::fmt::Debug, Error>, token: u64, highest: u64) {
     match result {
         Err(e @ Error::StaleToken { .. }) => {
             assert!(
@@ -96,47 +96,75 @@ async fn a_failed_write_raises_no_mark() {
     assert_eq!(fenced.highest_token("text").await.unwrap(), None);
 }
 
-/// What holder A writes after B took the lock, in the run the test makes: A takes the lock
-/// with fencing (ttl 1 s); A's connections freeze (a stalled process, a cut network) until
-/// its lease is lost; B takes the lock and writes its value; A comes back and writes its own,
-/// fenced or not. Returns the value left.
+/// The run every store's end-to-end test makes: holder A takes the lock `name` with fencing
+/// (ttl 1 s) through a proxy; then ([`Self::successor_takes_over`]) A's connections freeze (a
+/// stalled process, a cut network) until A's own guard reports its lease lost, and B takes the
+/// lock. The test writes to its store as A before, as B after, and as A once it thaws `proxy`.
+pub(crate) struct StalledHolder {
+    pub(crate) proxy: FaultProxy,
+    pub(crate) guard_a: Guard,
+    pub(crate) token_a: u64,
+    b: Client,
+    name: &'static str,
+}
+
+impl StalledHolder {
+    pub(crate) async fn take(server: &RedisServer, name: &'static str) -> StalledHolder {
+        let proxy = FaultProxy::start(&server.addr()).expect("proxy");
+        let a = Client::connect(&proxy.url()).await.expect("connect A");
+        let guard_a = a
+            .lock(name)
+            .fencing(true)
+            .ttl(Duration::from_secs(1))
+            .try_acquire()
+            .await
+            .expect("free");
+        let token_a = guard_a.fencing_token().expect("fenced");
+        StalledHolder {
+            proxy,
+            guard_a,
+            token_a,
+            b: client(server).await,
+            name,
+        }
+    }
+
+    /// Freezes A until its guard reports the lease lost (the event), then B takes the lock;
+    /// B's guard and token, above A's.
+    pub(crate) async fn successor_takes_over(&self) -> (Guard, u64) {
+        self.proxy.freeze();
+        self.guard_a.lost().await;
+        let guard_b = self
+            .b
+            .lock(self.name)
+            .fencing(true)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("B gets the lock once A's lease ended");
+        let token_b = guard_b.fencing_token().expect("fenced");
+        assert!(token_b > self.token_a);
+        (guard_b, token_b)
+    }
+}
+
+/// The run of [`StalledHolder`] on a Redis key: A comes back and writes, fenced or not.
+/// Returns the value left.
 async fn stalled_holder_writes(fenced_writes: bool) -> String {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-    let a = Client::connect(&proxy.url()).await.expect("connect A");
-    let b = client(&server).await;
-    let name = "resource-lock";
-    let guard_a = a
-        .lock(name)
-        .fencing(true)
-        .ttl(Duration::from_secs(1))
-        .try_acquire()
-        .await
-        .expect("free");
-    let token_a = guard_a.fencing_token().expect("fenced");
-    proxy.freeze();
-    // The event: A's own guard says its lease is lost (its renewals went unanswered).
-    guard_a.lost().await;
-    let guard_b = b
-        .lock(name)
-        .fencing(true)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("B gets the lock once A's lease ended");
-    let token_b = guard_b.fencing_token().expect("fenced");
-    assert!(token_b > token_a);
+    let run = StalledHolder::take(&server, "resource-lock").await;
+    let (guard_b, token_b) = run.successor_takes_over().await;
     let mut store_b = store(&server).await;
     store_b
         .set("resource", "B", token_b)
         .await
         .expect("B writes");
-    proxy.thaw();
+    run.proxy.thaw();
     if fenced_writes {
         let mut store_a = store(&server).await;
         stale(
-            store_a.set("resource", "A", token_a).await,
-            token_a,
+            store_a.set("resource", "A", run.token_a).await,
+            run.token_a,
             token_b,
         );
     } else {
@@ -147,7 +175,7 @@ async fn stalled_holder_writes(fenced_writes: bool) -> String {
             .await
             .unwrap();
     }
-    drop(guard_a);
+    drop(run);
     guard_b.release().await.expect("release");
     server
         .async_connection()

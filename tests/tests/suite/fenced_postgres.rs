@@ -3,14 +3,10 @@
 //! or higher one writes, a database failure is another error than a refusal, and a holder
 //! stalled past its lease cannot overwrite its successor's row, end to end.
 
-use crate::common;
-
-use std::time::Duration;
-
-use common::client;
+use crate::fenced::{stale, StalledHolder};
 use distlock::fenced::postgres::{classify, Fence};
-use distlock::{Client, Error};
-use distlock_testkit::{FaultProxy, PostgresServer, RedisServer};
+use distlock::Error;
+use distlock_testkit::{PostgresServer, RedisServer};
 use tokio_postgres::types::ToSql;
 
 /// A connection to `pg` (its connection task runs until the client is dropped).
@@ -46,16 +42,6 @@ async fn row(db: &tokio_postgres::Client, id: i64) -> Option<(String, i64, i64)>
     .await
     .expect("read")
     .map(|r| (r.get(0), r.get(1), r.get(2)))
-}
-
-fn stale<T: std::fmt::Debug>(result: Result<T, Error>, token: u64, highest: u64) {
-    match result {
-        Err(Error::StaleToken {
-            token: t,
-            highest: h,
-        }) if t == token && h == highest => {}
-        other => panic!("expected token {token} refused below {highest}: {other:?}"),
-    }
 }
 
 /// Lower refused (nothing changed), equal and higher written, by the upsert and the update
@@ -231,41 +217,22 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
     let pg = PostgresServer::start();
     let db = connect(&pg).await;
     let fence = accounts(&db).await;
-    let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-    let a = Client::connect(&proxy.url()).await.expect("connect A");
-    let b = client(&server).await;
     let name = "account:42";
     let id = 42_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
 
-    let guard_a = a
-        .lock(name)
-        .fencing(true)
-        .ttl(Duration::from_secs(1))
-        .try_acquire()
-        .await
-        .expect("free");
-    let token_a = guard_a.fencing_token().expect("fenced");
+    let run = StalledHolder::take(&server, name).await;
+    let token_a = run.token_a;
     fence
         .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], token_a)
         .await
         .expect("A writes while it holds the lock");
-    proxy.freeze();
-    guard_a.lost().await;
-    let guard_b = b
-        .lock(name)
-        .fencing(true)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("B gets the lock once A's lease ended");
-    let token_b = guard_b.fencing_token().expect("fenced");
-    assert!(token_b > token_a);
+    let (guard_b, token_b) = run.successor_takes_over().await;
     fence
         .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], token_b)
         .await
         .expect("B writes");
-    proxy.thaw();
+    run.proxy.thaw();
 
     if fenced_write {
         let late = fence
@@ -280,7 +247,7 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
         .await
         .expect("an unfenced write is not refused");
     }
-    drop(guard_a);
+    drop(run);
     guard_b.release().await.expect("release");
     let (owner, _, token) = row(&db, id).await.expect("the row");
     assert_eq!(
