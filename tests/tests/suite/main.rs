@@ -4,9 +4,9 @@
 //!
 //! A test file needs a process of its own, and stays a binary beside this one, when it
 //! installs something once per process or disturbs a deployment the process shares:
-//! `operations.rs` (a global metrics recorder), `rwlock_wakeups.rs` (the process-wide test
+//! `operations/` (a global metrics recorder), `rwlock_wakeups.rs` (the process-wide test
 //! hook `__fuzz::wake_ups_only`), `cluster_failover.rs` and `sentinel.rs` (they kill and pause
-//! the servers of their shared deployment), `election.rs` (it starts its candidates with
+//! the servers of their shared deployment), `election/` (it starts its candidates with
 //! `tokio::process`, whose `SIGCHLD` handler interrupts other tests' timed socket reads),
 //! `scale.rs` and `rwlock_crowd.rs`
 //! (ignored tiers that run alone, `.ci/run`) and `lost_replies.rs` (its own tier, run with its
