@@ -14,7 +14,7 @@
 //! | local state | handoff, channels, notify, probe, holds, wait |
 //! | acquisition | runtime, lock, guard |
 //! | facade | client, inspect, election, fenced |
-//! | support | private (`__private`), cli, fuzz, testing, the crate root, bin |
+//! | support | private (`__private`), cli, fuzz, test_hooks, testing, the crate root, bin |
 //!
 //! Within a layer, modules import each other one way only. A module that is not in the table
 //! fails the test: each new one is placed on purpose.
@@ -66,7 +66,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("facade", &["client", "inspect", "election", "fenced"]),
     (
         "support",
-        &["private", "cli", "fuzz", "testing", "lib", "bin"],
+        &[
+            "private",
+            "cli",
+            "fuzz",
+            "test_hooks",
+            "testing",
+            "lib",
+            "bin",
+        ],
     ),
 ];
 
