@@ -5,14 +5,13 @@
 //! resignation by its wake-up and a dead leader by its lease; a leader learns of its loss
 //! before its server's lease ends; lost replies leave no leadership behind.
 
-#[path = "../common/mod.rs"]
-mod common;
+use distlock_testkit::common;
 
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{lock_key, pttl, CONTENDER};
+use common::{contender, lock_key, pttl};
 use distlock::{Client, Error, Leader};
 use distlock_testkit::{
     wait_until_async, FaultProxy, Observer, RedisCluster, RedisSentinel, RedisServer, RedisServers,
@@ -79,7 +78,7 @@ impl Candidates {
         let mut children = Vec::new();
         let mut stdins = Vec::new();
         for i in 0..n {
-            let mut child = Command::new(CONTENDER)
+            let mut child = Command::new(contender())
                 .args(["elect", url, observer, name, &ttl.as_millis().to_string()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -1,8 +1,7 @@
 //! What operators see: tracing spans and events, metrics through a real recorder, inspection
 //! of every mode, forced unlocks, the CLI, and the minimum hold of scheduled jobs.
 
-#[path = "../common/mod.rs"]
-mod common;
+use distlock_testkit::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
