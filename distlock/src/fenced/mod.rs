@@ -40,6 +40,10 @@ pub const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+mod source;
+
+pub(crate) use source::taken_without_fencing;
+pub use source::TokenSource;
 
 static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua")));
 
@@ -96,9 +100,9 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         value: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
-        self.write(key.as_ref(), token.into(), "set", |cmd| {
+        self.write(key.as_ref(), token.token()?, "set", |cmd| {
             cmd.arg(value);
         })
         .await
@@ -111,10 +115,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         value: impl ToRedisArgs,
         ttl: Duration,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
         let ms = (ttl.as_millis() as u64).max(1);
-        self.write(key.as_ref(), token.into(), "set_px", |cmd| {
+        self.write(key.as_ref(), token.token()?, "set_px", |cmd| {
             cmd.arg(value).arg(ms);
         })
         .await
@@ -126,10 +130,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
     pub async fn del(
         &mut self,
         key: impl AsRef<[u8]>,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<bool, Error> {
         let n = self
-            .write(key.as_ref(), token.into(), "del", |_| {})
+            .write(key.as_ref(), token.token()?, "del", |_| {})
             .await?;
         Ok(int(&n)? > 0)
     }
@@ -139,10 +143,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         n: i64,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<i64, Error> {
         let v = self
-            .write(key.as_ref(), token.into(), "incr_by", |cmd| {
+            .write(key.as_ref(), token.token()?, "incr_by", |cmd| {
                 cmd.arg(n);
             })
             .await?;
@@ -155,9 +159,9 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
         value: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
-        self.write(key.as_ref(), token.into(), "hset", |cmd| {
+        self.write(key.as_ref(), token.token()?, "hset", |cmd| {
             cmd.arg(field).arg(value);
         })
         .await
@@ -169,10 +173,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<bool, Error> {
         let n = self
-            .write(key.as_ref(), token.into(), "hdel", |cmd| {
+            .write(key.as_ref(), token.token()?, "hdel", |cmd| {
                 cmd.arg(field);
             })
             .await?;
@@ -185,10 +189,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
         n: i64,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<i64, Error> {
         let v = self
-            .write(key.as_ref(), token.into(), "hincr_by", |cmd| {
+            .write(key.as_ref(), token.token()?, "hincr_by", |cmd| {
                 cmd.arg(field).arg(n);
             })
             .await?;
@@ -228,7 +232,7 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), result] => Ok(result.clone()),
                 [Value::Int(0), highest] => Err(Error::StaleToken {
-                    token: token.get(),
+                    token,
                     highest: highest_of(highest),
                 }),
                 _ => Err(unexpected()),
@@ -277,15 +281,18 @@ static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     tags.into_boxed_slice()
 });
 
-fn highest_of(value: &Value) -> u64 {
-    match value {
+/// The mark a refusal reports; one that does not parse is reported as the highest there is
+/// (the refusal stands).
+fn highest_of(value: &Value) -> FencingToken {
+    let highest = match value {
         Value::BulkString(b) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(u64::MAX),
         Value::Int(n) => u64::try_from(*n).unwrap_or(u64::MAX),
         _ => u64::MAX,
-    }
+    };
+    FencingToken::new(highest)
 }
 
 fn int(value: &Value) -> Result<i64, Error> {

@@ -21,6 +21,7 @@ use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, Outcome};
+use crate::token::FencingToken;
 use crate::wait::Waiter;
 
 use super::pending::Pending;
@@ -246,7 +247,7 @@ impl Plan<'_> {
     fn guard(
         &self,
         id: HoldId,
-        fence: Option<u64>,
+        fence: Option<FencingToken>,
         sent: Instant,
         lease: Arc<LeaseState>,
     ) -> Guard {

@@ -7,6 +7,10 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::error::Error;
+use crate::fenced::{taken_without_fencing, TokenSource};
+use crate::token::FencingToken;
+
 // ---------------------------------------------------------------------------------------------
 // The lease, as the body sees it.
 
@@ -18,7 +22,7 @@ use tokio::sync::Notify;
 /// kept after the locked fn returned reports the hold as over.
 #[derive(Clone, Debug)]
 pub struct Lease {
-    pub(super) fence: Option<u64>,
+    pub(super) fence: Option<FencingToken>,
     pub(super) signal: Arc<Signal>,
 }
 
@@ -26,7 +30,7 @@ impl Lease {
     /// The hold's fencing token ([`Guard::fencing_token`](crate::Guard::fencing_token)) when the attribute asked for one
     /// (`fencing = true`; `None` otherwise): pass it to the resource the lock protects and
     /// have it refuse tokens smaller than one it has seen.
-    pub fn fencing_token(&self) -> Option<u64> {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
 
@@ -40,6 +44,33 @@ impl Lease {
     /// dropped instead and never sees this resolve), or the locked fn has returned.
     pub async fn lost(&self) {
         self.signal.until_over().await;
+    }
+}
+
+/// A fenced write from a locked fn taken with `fencing = true` passes its lease.
+impl TokenSource for Lease {
+    fn token(&self) -> Result<FencingToken, Error> {
+        self.fence.ok_or_else(taken_without_fencing)
+    }
+}
+
+impl TokenSource for &Lease {
+    fn token(&self) -> Result<FencingToken, Error> {
+        (*self).token()
+    }
+}
+
+/// What [`lease`] returns, passed as it is: `None` (outside a locked fn, or in a task it
+/// spawned) fails the write.
+impl TokenSource for Option<Lease> {
+    fn token(&self) -> Result<FencingToken, Error> {
+        match self {
+            Some(lease) => lease.token(),
+            None => Err(Error::config(
+                "no fencing token to write with: `distlock::lease()` is None outside a locked fn \
+                 (and in a task it spawned: pass it the `Lease`)",
+            )),
+        }
     }
 }
 
@@ -93,7 +124,7 @@ tokio::task_local! {
 /// What [`lease`] reads; moved into the task-local for each poll of the body, so it needs no
 /// allocation until the body asks for a [`Lease`].
 pub(super) struct Slot {
-    pub(super) fence: Option<u64>,
+    pub(super) fence: Option<FencingToken>,
     pub(super) lost: bool,
     pub(super) signal: Cell<Option<Arc<Signal>>>,
 }
