@@ -442,8 +442,8 @@ pub fn local_waiters(client: &Client, name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::lease::HELD;
-    use crate::token::FencingToken;
     use super::*;
+    use crate::token::FencingToken;
 
     #[test]
     fn fixed_keys_are_borrowed_and_others_formatted_once() {
@@ -491,9 +491,15 @@ mod tests {
         assert_eq!((&fenced).token().unwrap(), FencingToken::new(7));
         assert_eq!(Some(fenced).token().unwrap(), FencingToken::new(7));
         let unfenced = lease(None).token().unwrap_err();
-        assert!(matches!(&unfenced, Error::InvalidConfig { reason } if reason.contains("fencing = true")), "{unfenced}");
+        assert!(
+            matches!(&unfenced, Error::InvalidConfig { reason } if reason.contains("fencing = true")),
+            "{unfenced}"
+        );
         let outside = None::<Lease>.token().unwrap_err();
-        assert!(matches!(&outside, Error::InvalidConfig { reason } if reason.contains("outside a locked fn")), "{outside}");
+        assert!(
+            matches!(&outside, Error::InvalidConfig { reason } if reason.contains("outside a locked fn")),
+            "{outside}"
+        );
     }
 
     #[tokio::test]

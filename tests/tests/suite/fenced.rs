@@ -17,7 +17,17 @@ async fn store(server: &RedisServer) -> FencedRedis<MultiplexedConnection> {
     FencedRedis::new(server.async_connection().await)
 }
 
-pub(crate) fn stale(result: Result<impl std::fmt::Debug, Error>, token: u64, highest: u64) {
+/// A token of this value, as a store reads one back.
+pub(crate) fn token(value: u64) -> FencingToken {
+    FencingToken::new(value)
+}
+
+pub(crate) fn stale(
+    result: Result<impl std::fmt::Debug, Error>,
+    token: impl Into<FencingToken>,
+    highest: impl Into<FencingToken>,
+) {
+    let (token, highest) = (token.into(), highest.into());
     match result {
         Err(e @ Error::StaleToken { .. }) => {
             assert!(
@@ -37,12 +47,12 @@ async fn each_write_refuses_a_token_below_the_highest_seen() {
     let server = RedisServer::start();
     let mut fenced = store(&server).await;
     let mut raw = server.async_connection().await;
-    fenced.set("k", "a", 10u64).await.expect("first write");
+    fenced.set("k", "a", token(10)).await.expect("first write");
     fenced
-        .set("k", "b", 10u64)
+        .set("k", "b", token(10))
         .await
         .expect("the same token again");
-    stale(fenced.set("k", "c", 9u64).await, 9, 10);
+    stale(fenced.set("k", "c", token(9)).await, 9, 10);
     assert_eq!(raw.get::<_, String>("k").await.unwrap(), "b");
     assert_eq!(
         fenced.highest_token("k").await.unwrap(),
@@ -50,36 +60,36 @@ async fn each_write_refuses_a_token_below_the_highest_seen() {
     );
 
     fenced
-        .set_with_expiry("e", "v", Duration::from_secs(100), 20u64)
+        .set_with_expiry("e", "v", Duration::from_secs(100), token(20))
         .await
         .expect("write");
     let mark_ttl: i64 = raw.pttl(mark_key(b"e")).await.unwrap();
     assert!(mark_ttl > 86_000_000, "the mark is kept a day: {mark_ttl}");
     stale(
         fenced
-            .set_with_expiry("e", "w", Duration::from_secs(1), 19u64)
+            .set_with_expiry("e", "w", Duration::from_secs(1), token(19))
             .await,
         19,
         20,
     );
     assert_eq!(raw.get::<_, String>("e").await.unwrap(), "v");
 
-    assert_eq!(fenced.incr_by("n", 5, 30u64).await.unwrap(), 5);
-    assert_eq!(fenced.incr_by("n", 2, 31u64).await.unwrap(), 7);
-    stale(fenced.incr_by("n", 100, 30u64).await, 30, 31);
+    assert_eq!(fenced.incr_by("n", 5, token(30)).await.unwrap(), 5);
+    assert_eq!(fenced.incr_by("n", 2, token(31)).await.unwrap(), 7);
+    stale(fenced.incr_by("n", 100, token(30)).await, 30, 31);
     assert_eq!(raw.get::<_, i64>("n").await.unwrap(), 7);
 
-    assert!(fenced.hset("h", "f", "1", 40u64).await.is_ok());
-    assert_eq!(fenced.hincr_by("h", "g", 3, 41u64).await.unwrap(), 3);
-    stale(fenced.hset("h", "f", "stale", 40u64).await, 40, 41);
-    stale(fenced.hdel("h", "f", 1u64).await, 1, 41);
+    assert!(fenced.hset("h", "f", "1", token(40)).await.is_ok());
+    assert_eq!(fenced.hincr_by("h", "g", 3, token(41)).await.unwrap(), 3);
+    stale(fenced.hset("h", "f", "stale", token(40)).await, 40, 41);
+    stale(fenced.hdel("h", "f", token(1)).await, 1, 41);
     assert_eq!(raw.hget::<_, _, String>("h", "f").await.unwrap(), "1");
-    assert!(fenced.hdel("h", "f", 42u64).await.unwrap());
-    assert!(!fenced.hdel("h", "f", 42u64).await.unwrap());
+    assert!(fenced.hdel("h", "f", token(42)).await.unwrap());
+    assert!(!fenced.hdel("h", "f", token(42)).await.unwrap());
 
-    assert!(fenced.del("k", 11u64).await.unwrap());
+    assert!(fenced.del("k", token(11)).await.unwrap());
     // The mark outlives the key: a stale holder cannot write it back.
-    stale(fenced.set("k", "late", 10u64).await, 10, 11);
+    stale(fenced.set("k", "late", token(10)).await, 10, 11);
     assert!(!raw.exists::<_, bool>("k").await.unwrap());
 }
 
@@ -91,7 +101,7 @@ async fn a_failed_write_raises_no_mark() {
     let mut fenced = store(&server).await;
     let mut raw = server.async_connection().await;
     let _: () = raw.set("text", "not a number").await.unwrap();
-    let failed = fenced.incr_by("text", 1, 5u64).await;
+    let failed = fenced.incr_by("text", 1, token(5)).await;
     assert!(matches!(failed, Err(Error::Redis { .. })), "{failed:?}");
     assert_eq!(fenced.highest_token("text").await.unwrap(), None);
 }
@@ -103,7 +113,7 @@ async fn a_failed_write_raises_no_mark() {
 pub(crate) struct StalledHolder {
     pub(crate) proxy: FaultProxy,
     pub(crate) guard_a: Guard,
-    pub(crate) token_a: u64,
+    pub(crate) token_a: FencingToken,
     b: Client,
     name: &'static str,
 }
@@ -131,7 +141,7 @@ impl StalledHolder {
 
     /// Freezes A until its guard reports the lease lost (the event), then B takes the lock;
     /// B's guard and token, above A's.
-    pub(crate) async fn successor_takes_over(&self) -> (Guard, u64) {
+    pub(crate) async fn successor_takes_over(&self) -> (Guard, FencingToken) {
         self.proxy.freeze();
         self.guard_a.lost().await;
         let guard_b = self

@@ -3,7 +3,7 @@
 //! or higher one writes, a database failure is another error than a refusal, and a holder
 //! stalled past its lease cannot overwrite its successor's row, end to end.
 
-use crate::fenced::{stale, StalledHolder};
+use crate::fenced::{stale, token, StalledHolder};
 use distlock::fenced::postgres::{classify, Fence};
 use distlock::Error;
 use distlock_testkit::{PostgresServer, RedisServer};
@@ -54,17 +54,32 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
     let id = 7_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &10_i64)], 10_u64)
+        .upsert(
+            &db,
+            key,
+            &[("owner", &"A"), ("balance", &10_i64)],
+            token(10),
+        )
         .await
         .expect("insert");
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &11_i64)], 10_u64)
+        .upsert(
+            &db,
+            key,
+            &[("owner", &"A"), ("balance", &11_i64)],
+            token(10),
+        )
         .await
         .expect("the same token again");
     assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
     stale(
         fence
-            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 9_u64)
+            .upsert(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(9),
+            )
             .await,
         9,
         10,
@@ -72,20 +87,35 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
     assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
 
     let updated = fence
-        .update(&db, key, &[("owner", &"B"), ("balance", &20_i64)], 12_u64)
+        .update(
+            &db,
+            key,
+            &[("owner", &"B"), ("balance", &20_i64)],
+            token(12),
+        )
         .await
         .expect("a higher token");
     assert_eq!(updated, 1);
     stale(
         fence
-            .update(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .update(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(11),
+            )
             .await,
         11,
         12,
     );
     stale(
         fence
-            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .upsert(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(11),
+            )
             .await,
         11,
         12,
@@ -96,7 +126,7 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
             &db,
             &[("id", &8_i64)],
             &[("owner", &"B"), ("balance", &1_i64)],
-            12_u64,
+            token(12),
         )
         .await
         .expect("no such row");
@@ -111,7 +141,7 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
             &[],
         )
         .await
-        .map_err(|e| classify(e, 3_u64));
+        .map_err(|e| classify(e, token(3)));
     stale(by_hand, 3, 12);
     assert_eq!(row(&db, id).await, Some(("B".into(), 20, 12)));
 
@@ -140,10 +170,14 @@ async fn names_that_need_quoting_are_fenced_as_they_are() {
     let k = "k";
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("Key", &k)];
     fence
-        .upsert(&db, key, &[("v", &"new")], 5_u64)
+        .upsert(&db, key, &[("v", &"new")], token(5))
         .await
         .expect("write");
-    stale(fence.upsert(&db, key, &[("v", &"old")], 4_u64).await, 4, 5);
+    stale(
+        fence.upsert(&db, key, &[("v", &"old")], token(4)).await,
+        4,
+        5,
+    );
     let v: String = db
         .query_one(
             r#"SELECT v FROM "my schema"."Odd ""table""; DROP TABLE keep; --""#,
@@ -169,12 +203,12 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     let id = 1_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &5_i64)], 1_u64)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &5_i64)], token(1))
         .await
         .expect("write");
 
     let negative = fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &-1_i64)], 2_u64)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &-1_i64)], token(2))
         .await;
     let Err(Error::Store { source }) = &negative else {
         panic!("the application's CHECK is not a refusal: {negative:?}");
@@ -192,19 +226,21 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     assert!(e.to_string().starts_with("the fenced store failed"), "{e}");
 
     let missing = Fence::new("no_such_table", "fencing_token");
-    let write = missing.upsert(&db, key, &[("owner", &"A")], 3_u64).await;
+    let write = missing.upsert(&db, key, &[("owner", &"A")], token(3)).await;
     assert!(matches!(write, Err(Error::Store { .. })), "{write:?}");
     let install = missing.install(&db).await;
     assert!(matches!(install, Err(Error::Store { .. })), "{install:?}");
 
     // A token above what a bigint holds never reaches the database.
-    let huge = fence.upsert(&db, key, &[("owner", &"A")], u64::MAX).await;
+    let huge = fence
+        .upsert(&db, key, &[("owner", &"A")], token(u64::MAX))
+        .await;
     assert!(matches!(huge, Err(Error::InvalidConfig { .. })), "{huge:?}");
     assert_eq!(row(&db, id).await, Some(("A".into(), 5, 1)));
 
     // A connection that is gone.
     drop(pg);
-    let down = fence.upsert(&db, key, &[("owner", &"A")], 4_u64).await;
+    let down = fence.upsert(&db, key, &[("owner", &"A")], token(4)).await;
     assert!(matches!(down, Err(Error::Store { .. })), "{down:?}");
 }
 
@@ -249,10 +285,10 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
     }
     drop(run);
     guard_b.release().await.expect("release");
-    let (owner, _, token) = row(&db, id).await.expect("the row");
+    let (owner, _, written) = row(&db, id).await.expect("the row");
     assert_eq!(
-        u64::try_from(token).unwrap(),
-        token_b,
+        written,
+        i64::try_from(token_b).unwrap(),
         "no write lowered the token"
     );
     owner
