@@ -16,7 +16,9 @@
 //! clock floor of docs/design.md, so this is the same bound as the fencing counter's.
 //!
 //! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
-//! redis-rs async connection.
+//! redis-rs async connection. Each write takes its token from what the holder has in hand
+//! ([`TokenSource`]): `distlock::lease()` in a locked fn, `&guard`, `&leadership`, or a
+//! [`FencingToken`].
 //!
 //! With the `postgres` feature, `fenced::postgres` does the same for PostgreSQL tables: a token
 //! column and a trigger that refuses a lower token, and fenced upserts and updates. Fencing
@@ -50,7 +52,8 @@ static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua"
 /// The suffix that makes a key's mark.
 const MARK_SUFFIX: &[u8] = b":#fence-mark";
 
-/// Redis writes refused when they carry a token below the highest the key has seen.
+/// Redis writes refused when they carry a token below the highest the key has seen. Each
+/// takes its token from a [`TokenSource`] (see there for a locked fn's one-line write).
 ///
 /// ```no_run
 /// # async fn demo(locks: distlock::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -61,9 +64,8 @@ const MARK_SUFFIX: &[u8] = b":#fence-mark";
 ///     .await?;
 /// let mut store = FencedRedis::new(conn);
 /// let guard = locks.lock("account:42").fencing(true).acquire().await?;
-/// let token = guard.fencing_token().expect("taken with fencing");
 /// // Refused with `Error::StaleToken` if a newer holder of the lock wrote meanwhile.
-/// store.hincr_by("account:42", "balance", 100, token).await?;
+/// store.hincr_by("account:42", "balance", 100, &guard).await?;
 /// guard.release().await?;
 /// # Ok(())
 /// # }

@@ -19,10 +19,9 @@
 //! fence.install(&db).await?;
 //!
 //! let guard = locks.lock("account:42").fencing(true).acquire().await?;
-//! let token = guard.fencing_token().expect("taken with fencing");
 //! // Refused with `Error::StaleToken` if a newer holder of the lock wrote the row meanwhile.
 //! fence
-//!     .upsert(&db, &[("id", &42_i64)], &[("balance", &100_i64)], token)
+//!     .upsert(&db, &[("id", &42_i64)], &[("balance", &100_i64)], &guard)
 //!     .await?;
 //! guard.release().await?;
 //! # Ok(())

@@ -27,9 +27,10 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The hold's fencing token ([`Guard::fencing_token`](crate::Guard::fencing_token)) when the attribute asked for one
-    /// (`fencing = true`; `None` otherwise): pass it to the resource the lock protects and
-    /// have it refuse tokens smaller than one it has seen.
+    /// The hold's fencing token ([`Guard::fencing_token`](crate::Guard::fencing_token)) when
+    /// the attribute asked for one (`fencing = true`; `None` otherwise): pass it to the
+    /// resource the lock protects and have it refuse tokens smaller than one it has seen. The
+    /// writes of [`fenced`](crate::fenced) take the lease itself.
     pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
@@ -83,7 +84,7 @@ impl TokenSource for Option<Lease> {
 /// ```no_run
 /// # #[derive(Debug)] struct AppError;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-/// # async fn copy_chunk(_: u32, _: u64) {}
+/// # async fn copy_chunk(_: u32, _: distlock::FencingToken) {}
 /// #[distlock::distributed_lock(key = "export:<id>", on_lost = "continue", fencing = true)]
 /// async fn export(id: u32) -> Result<(), AppError> {
 ///     let lease = distlock::lease().expect("inside a locked fn");

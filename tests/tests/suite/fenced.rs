@@ -7,8 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::client;
-use distlock::fenced::{mark_key, FencedRedis};
-use distlock::{Client, Error, FencingToken, Guard};
+use distlock::fenced::{mark_key, FencedRedis, TokenSource};
+use distlock::{Client, Error, FencingToken, Guard, Leadership};
 use distlock_testkit::{FaultProxy, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -106,74 +106,131 @@ async fn a_failed_write_raises_no_mark() {
     assert_eq!(fenced.highest_token("text").await.unwrap(), None);
 }
 
-/// The run every store's end-to-end test makes: holder A takes the lock `name` with fencing
+/// What a holder holds in a [`StalledHolder`] run: a lock's guard, or an election's
+/// leadership (whose term is its token). A fenced write takes either as it is.
+pub(crate) enum Held {
+    Lock(Guard),
+    Leader(Leadership),
+}
+
+/// Which of the two a run takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    Lock,
+    Leader,
+}
+
+impl Held {
+    async fn take(client: &Client, kind: Kind, name: &str, wait: Duration) -> Held {
+        let ttl = Duration::from_secs(1);
+        match kind {
+            Kind::Lock => Held::Lock(
+                client
+                    .lock(name)
+                    .fencing(true)
+                    .ttl(ttl)
+                    .wait(wait)
+                    .acquire()
+                    .await
+                    .expect("the lock"),
+            ),
+            Kind::Leader => Held::Leader(
+                client
+                    .election(name)
+                    .ttl(ttl)
+                    .wait(wait)
+                    .campaign()
+                    .await
+                    .expect("the lead"),
+            ),
+        }
+    }
+
+    pub(crate) fn fencing_token(&self) -> FencingToken {
+        match self {
+            Held::Lock(guard) => guard.fencing_token().expect("fenced"),
+            Held::Leader(leadership) => leadership.term(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Held::Lock(guard) => drop(guard.lost().await),
+            Held::Leader(leadership) => drop(leadership.lost().await),
+        }
+    }
+
+    pub(crate) async fn release(self) {
+        match self {
+            Held::Lock(guard) => guard.release().await.expect("release"),
+            Held::Leader(leadership) => leadership.resign().await.expect("resign"),
+        }
+    }
+}
+
+/// The guard or the leadership itself, as a user passes it to a fenced write.
+impl TokenSource for &Held {
+    fn token(&self) -> Result<FencingToken, Error> {
+        match self {
+            Held::Lock(guard) => guard.token(),
+            Held::Leader(leadership) => leadership.token(),
+        }
+    }
+}
+
+/// The run every store's end-to-end test makes: holder A takes the lock or the lead `name`
 /// (ttl 1 s) through a proxy; then ([`Self::successor_takes_over`]) A's connections freeze (a
-/// stalled process, a cut network) until A's own guard reports its lease lost, and B takes the
-/// lock. The test writes to its store as A before, as B after, and as A once it thaws `proxy`.
+/// stalled process, a cut network) until A itself reports its lease lost, and B takes over.
+/// The test writes to its store as A before, as B after, and as A once it thaws `proxy`.
 pub(crate) struct StalledHolder {
     pub(crate) proxy: FaultProxy,
-    pub(crate) guard_a: Guard,
+    pub(crate) a: Held,
     pub(crate) token_a: FencingToken,
     b: Client,
+    kind: Kind,
     name: &'static str,
 }
 
 impl StalledHolder {
-    pub(crate) async fn take(server: &RedisServer, name: &'static str) -> StalledHolder {
+    pub(crate) async fn take(server: &RedisServer, kind: Kind, name: &'static str) -> Self {
         let proxy = FaultProxy::start(&server.addr()).expect("proxy");
-        let a = Client::connect(&proxy.url()).await.expect("connect A");
-        let guard_a = a
-            .lock(name)
-            .fencing(true)
-            .ttl(Duration::from_secs(1))
-            .try_acquire()
-            .await
-            .expect("free");
-        let token_a = guard_a.fencing_token().expect("fenced");
+        let client_a = Client::connect(&proxy.url()).await.expect("connect A");
+        let a = Held::take(&client_a, kind, name, Duration::ZERO).await;
         StalledHolder {
             proxy,
-            guard_a,
-            token_a,
+            token_a: a.fencing_token(),
+            a,
             b: client(server).await,
+            kind,
             name,
         }
     }
 
-    /// Freezes A until its guard reports the lease lost (the event), then B takes the lock;
-    /// B's guard and token, above A's.
-    pub(crate) async fn successor_takes_over(&self) -> (Guard, FencingToken) {
+    /// Freezes A until it reports its lease lost (the event), then B takes over; what B
+    /// holds and its token, above A's.
+    pub(crate) async fn successor_takes_over(&self) -> (Held, FencingToken) {
         self.proxy.freeze();
-        self.guard_a.lost().await;
-        let guard_b = self
-            .b
-            .lock(self.name)
-            .fencing(true)
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .expect("B gets the lock once A's lease ended");
-        let token_b = guard_b.fencing_token().expect("fenced");
-        assert!(token_b > self.token_a);
-        (guard_b, token_b)
+        self.a.lost().await;
+        let b = Held::take(&self.b, self.kind, self.name, Duration::from_secs(10)).await;
+        let token_b = b.fencing_token();
+        assert!(token_b > self.token_a, "{token_b} after {}", self.token_a);
+        (b, token_b)
     }
 }
 
-/// The run of [`StalledHolder`] on a Redis key: A comes back and writes, fenced or not.
-/// Returns the value left.
-async fn stalled_holder_writes(fenced_writes: bool) -> String {
+/// The run of [`StalledHolder`] on a Redis key: each writes passing what it holds, and A
+/// comes back and writes, fenced or not. Returns the value left.
+async fn stalled_holder_writes(kind: Kind, fenced_writes: bool) -> String {
     let server = RedisServer::start();
-    let run = StalledHolder::take(&server, "resource-lock").await;
-    let (guard_b, token_b) = run.successor_takes_over().await;
+    let run = StalledHolder::take(&server, kind, "resource-lock").await;
+    let (b, token_b) = run.successor_takes_over().await;
     let mut store_b = store(&server).await;
-    store_b
-        .set("resource", "B", token_b)
-        .await
-        .expect("B writes");
+    store_b.set("resource", "B", &b).await.expect("B writes");
     run.proxy.thaw();
     if fenced_writes {
         let mut store_a = store(&server).await;
         stale(
-            store_a.set("resource", "A", run.token_a).await,
+            store_a.set("resource", "A", &run.a).await,
             run.token_a,
             token_b,
         );
@@ -186,7 +243,7 @@ async fn stalled_holder_writes(fenced_writes: bool) -> String {
             .unwrap();
     }
     drop(run);
-    guard_b.release().await.expect("release");
+    b.release().await;
     server
         .async_connection()
         .await
@@ -198,11 +255,24 @@ async fn stalled_holder_writes(fenced_writes: bool) -> String {
 /// End to end: the stalled holder's late write is refused by the store, and B's value stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holders_late_write_is_refused_and_the_successors_stands() {
-    assert_eq!(stalled_holder_writes(true).await, "B");
+    assert_eq!(stalled_holder_writes(Kind::Lock, true).await, "B");
 }
 
 /// The control: the same run with a plain write loses B's value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fencing_the_stalled_holder_overwrites_its_successor() {
-    assert_eq!(stalled_holder_writes(false).await, "A");
+    assert_eq!(stalled_holder_writes(Kind::Lock, false).await, "A");
+}
+
+/// End to end for leaders: a leader frozen past its lease writes with its term once it
+/// resumes; the store refuses it, and the next leader's value stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leaders_late_write_is_refused_and_the_next_leaders_stands() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, true).await, "B");
+}
+
+/// The control for leaders: the same run with a plain write loses the next leader's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fencing_the_stalled_leader_overwrites_the_next_leaders_write() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, false).await, "A");
 }

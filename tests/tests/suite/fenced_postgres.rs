@@ -3,7 +3,7 @@
 //! or higher one writes, a database failure is another error than a refusal, and a holder
 //! stalled past its lease cannot overwrite its successor's row, end to end.
 
-use crate::fenced::{stale, token, StalledHolder};
+use crate::fenced::{stale, token, Kind, StalledHolder};
 use distlock::fenced::postgres::{classify, Fence};
 use distlock::Error;
 use distlock_testkit::{PostgresServer, RedisServer};
@@ -244,11 +244,11 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     assert!(matches!(down, Err(Error::Store { .. })), "{down:?}");
 }
 
-/// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock with fencing
+/// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock or the lead
 /// (ttl 1 s) through a proxy that freezes until A's guard reports its lease lost; B takes the
 /// lock and writes its value; the proxy thaws and A writes with its old token, fenced or as a
 /// plain `UPDATE` that does not set the token. Returns the owner the row is left with.
-async fn stalled_holder_writes(fenced_write: bool) -> String {
+async fn stalled_holder_writes(kind: Kind, fenced_write: bool) -> String {
     let server = RedisServer::start();
     let pg = PostgresServer::start();
     let db = connect(&pg).await;
@@ -257,22 +257,22 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
     let id = 42_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
 
-    let run = StalledHolder::take(&server, name).await;
+    let run = StalledHolder::take(&server, kind, name).await;
     let token_a = run.token_a;
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], token_a)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], &run.a)
         .await
         .expect("A writes while it holds the lock");
-    let (guard_b, token_b) = run.successor_takes_over().await;
+    let (b, token_b) = run.successor_takes_over().await;
     fence
-        .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], token_b)
+        .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], &b)
         .await
         .expect("B writes");
     run.proxy.thaw();
 
     if fenced_write {
         let late = fence
-            .update(&db, key, &[("owner", &"A"), ("balance", &3_i64)], token_a)
+            .update(&db, key, &[("owner", &"A"), ("balance", &3_i64)], &run.a)
             .await;
         stale(late, token_a, token_b);
     } else {
@@ -284,7 +284,7 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
         .expect("an unfenced write is not refused");
     }
     drop(run);
-    guard_b.release().await.expect("release");
+    b.release().await;
     let (owner, _, written) = row(&db, id).await.expect("the row");
     assert_eq!(
         written,
@@ -297,11 +297,24 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
 /// End to end: the stalled holder's late write is refused by the table, and B's row stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holders_late_write_is_refused_by_postgres() {
-    assert_eq!(stalled_holder_writes(true).await, "B");
+    assert_eq!(stalled_holder_writes(Kind::Lock, true).await, "B");
 }
 
 /// The control: the same run with a plain `UPDATE` (no token) loses B's value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_fence_the_stalled_holder_overwrites_its_successor() {
-    assert_eq!(stalled_holder_writes(false).await, "A");
+    assert_eq!(stalled_holder_writes(Kind::Lock, false).await, "A");
+}
+
+/// End to end for leaders: a leader frozen past its lease updates the row with its term once
+/// it resumes; the table refuses it, and the next leader's row stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leaders_late_write_is_refused_by_postgres() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, true).await, "B");
+}
+
+/// The control for leaders: a plain `UPDATE` loses the next leader's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_the_stalled_leader_overwrites_the_next_leaders_row() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, false).await, "A");
 }
