@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::client;
 use distlock::fenced::{mark_key, FencedRedis, TokenSource};
-use distlock::{Client, Error, FencingToken, Guard, Leadership};
+use distlock::{distributed_lock, Client, Error, FencingToken, Guard, Leadership};
 use distlock_testkit::{FaultProxy, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -104,6 +104,100 @@ async fn a_failed_write_raises_no_mark() {
     let failed = fenced.incr_by("text", 1, token(5)).await;
     assert!(matches!(failed, Err(Error::Redis { .. })), "{failed:?}");
     assert_eq!(fenced.highest_token("text").await.unwrap(), None);
+}
+
+#[distributed_lock(key = "account:<id>", client = locks, fencing = true)]
+async fn deposit(
+    locks: &Client,
+    id: u64,
+    amount: i64,
+    store: &mut FencedRedis<MultiplexedConnection>,
+) -> Result<i64, Error> {
+    store
+        .hincr_by(
+            format!("account:{id}"),
+            "balance",
+            amount,
+            distlock::lease(),
+        )
+        .await
+}
+
+#[distributed_lock(key = "account:<id>", client = locks)]
+async fn deposit_unfenced(
+    locks: &Client,
+    id: u64,
+    amount: i64,
+    store: &mut FencedRedis<MultiplexedConnection>,
+) -> Result<i64, Error> {
+    store
+        .hincr_by(
+            format!("account:{id}"),
+            "balance",
+            amount,
+            distlock::lease(),
+        )
+        .await
+}
+
+/// A locked fn with `fencing = true` writes in one line, passing the lease it sees: the write
+/// carries the call's token, above one minted before it, which the key then refuses. Without
+/// fencing, or outside a locked fn, the write fails as a mistake and nothing is written.
+#[tokio::test]
+async fn a_locked_fn_writes_fenced_passing_its_lease() {
+    let server = RedisServer::start();
+    let locks = client(&server).await;
+    let mut store = store(&server).await;
+    let earlier = locks
+        .lock("account:7")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    let stale_token = earlier.fencing_token().expect("fenced");
+    earlier.release().await.expect("release");
+
+    assert_eq!(deposit(&locks, 7, 5, &mut store).await.unwrap(), 5);
+    let mark = store
+        .highest_token("account:7")
+        .await
+        .unwrap()
+        .expect("marked");
+    assert!(mark > stale_token, "{mark} after {stale_token}");
+    stale(
+        store
+            .hincr_by("account:7", "balance", 100, stale_token)
+            .await,
+        stale_token,
+        mark,
+    );
+
+    let unfenced = deposit_unfenced(&locks, 7, 1, &mut store).await;
+    assert!(
+        matches!(unfenced, Err(Error::InvalidConfig { .. })),
+        "{unfenced:?}"
+    );
+    let outside = store
+        .hincr_by("account:7", "balance", 1, distlock::lease())
+        .await;
+    assert!(
+        matches!(outside, Err(Error::InvalidConfig { .. })),
+        "{outside:?}"
+    );
+    let guard = locks.lock("account:7").try_acquire().await.expect("free");
+    let by_hand = store.hincr_by("account:7", "balance", 1, &guard).await;
+    assert!(
+        matches!(by_hand, Err(Error::InvalidConfig { .. })),
+        "{by_hand:?}"
+    );
+    guard.release().await.expect("release");
+    let balance: i64 = server
+        .async_connection()
+        .await
+        .hget("account:7", "balance")
+        .await
+        .unwrap();
+    assert_eq!(balance, 5, "only the fenced call wrote");
 }
 
 /// What a holder holds in a [`StalledHolder`] run: a lock's guard, or an election's

@@ -5,7 +5,7 @@
 
 use crate::fenced::{stale, token, Kind, StalledHolder};
 use distlock::fenced::postgres::{classify, Fence};
-use distlock::Error;
+use distlock::{distributed_lock, Client, Error, FencingToken};
 use distlock_testkit::{PostgresServer, RedisServer};
 use tokio_postgres::types::ToSql;
 
@@ -242,6 +242,55 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     drop(pg);
     let down = fence.upsert(&db, key, &[("owner", &"A")], token(4)).await;
     assert!(matches!(down, Err(Error::Store { .. })), "{down:?}");
+}
+
+#[distributed_lock(key = "account:<id>", client = locks, fencing = true)]
+async fn set_balance(
+    locks: &Client,
+    db: &tokio_postgres::Client,
+    fence: &Fence,
+    id: i64,
+    balance: i64,
+) -> Result<(), Error> {
+    fence
+        .upsert(
+            db,
+            &[("id", &id)],
+            &[("owner", &"fn"), ("balance", &balance)],
+            distlock::lease(),
+        )
+        .await
+}
+
+/// A locked fn with `fencing = true` upserts in one line, passing the lease it sees; a token
+/// minted before the call is refused afterwards.
+#[tokio::test]
+async fn a_locked_fn_upserts_fenced_passing_its_lease() {
+    let server = RedisServer::start();
+    let locks = crate::common::client(&server).await;
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let fence = accounts(&db).await;
+    let earlier = locks
+        .lock("account:3")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    let stale_token = earlier.fencing_token().expect("fenced");
+    earlier.release().await.expect("release");
+
+    set_balance(&locks, &db, &fence, 3, 30)
+        .await
+        .expect("written");
+    let (owner, balance, written) = row(&db, 3).await.expect("the row");
+    assert_eq!((owner.as_str(), balance), ("fn", 30));
+    assert!(written > i64::try_from(stale_token).unwrap());
+    let late = fence
+        .update(&db, &[("id", &3_i64)], &[("balance", &0_i64)], stale_token)
+        .await;
+    stale(late, stale_token, FencingToken::new(written as u64));
+    assert_eq!(row(&db, 3).await.map(|r| r.1), Some(30));
 }
 
 /// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock or the lead
