@@ -21,7 +21,6 @@ use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, Outcome};
-use crate::token::FencingToken;
 use crate::wait::Waiter;
 
 use super::pending::Pending;
@@ -247,7 +246,7 @@ impl Plan<'_> {
     fn guard(
         &self,
         id: HoldId,
-        fence: Option<FencingToken>,
+        fence: Option<crate::token::FencingToken>,
         sent: Instant,
         lease: Arc<LeaseState>,
     ) -> Guard {

@@ -127,17 +127,10 @@ async fn deposit(
 async fn deposit_unfenced(
     locks: &Client,
     id: u64,
-    amount: i64,
     store: &mut FencedRedis<MultiplexedConnection>,
 ) -> Result<i64, Error> {
-    store
-        .hincr_by(
-            format!("account:{id}"),
-            "balance",
-            amount,
-            distlock::lease(),
-        )
-        .await
+    let lease = distlock::lease().expect("inside a locked fn");
+    store.incr_by(format!("account:{id}:n"), 1, &lease).await
 }
 
 /// A locked fn with `fencing = true` writes in one line, passing the lease it sees: the write
@@ -172,7 +165,7 @@ async fn a_locked_fn_writes_fenced_passing_its_lease() {
         mark,
     );
 
-    let unfenced = deposit_unfenced(&locks, 7, 1, &mut store).await;
+    let unfenced = deposit_unfenced(&locks, 7, &mut store).await;
     assert!(
         matches!(unfenced, Err(Error::InvalidConfig { .. })),
         "{unfenced:?}"
@@ -198,6 +191,13 @@ async fn a_locked_fn_writes_fenced_passing_its_lease() {
         .await
         .unwrap();
     assert_eq!(balance, 5, "only the fenced call wrote");
+    let counted: bool = server
+        .async_connection()
+        .await
+        .exists("account:7:n")
+        .await
+        .unwrap();
+    assert!(!counted, "the unfenced fn wrote nothing");
 }
 
 /// What a holder holds in a [`StalledHolder`] run: a lock's guard, or an election's
