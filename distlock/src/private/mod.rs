@@ -488,7 +488,7 @@ mod tests {
         };
         let fenced = lease(Some(FencingToken::new(7)));
         assert_eq!(fenced.token().unwrap(), FencingToken::new(7));
-        assert_eq!((&fenced).token().unwrap(), FencingToken::new(7));
+        assert_eq!(<&Lease>::token(&&fenced).unwrap(), FencingToken::new(7));
         assert_eq!(Some(fenced).token().unwrap(), FencingToken::new(7));
         let unfenced = lease(None).token().unwrap_err();
         assert!(
