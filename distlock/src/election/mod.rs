@@ -20,7 +20,6 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::config::{Replicas, DEFAULT_TTL};
 use crate::error::Error;
 use crate::lock::LockRequest;
@@ -31,56 +30,7 @@ use crate::telemetry::NO_LABEL;
 pub use leadership::Leadership;
 pub use observe::Leader;
 
-impl Client {
-    /// A leader election among the processes that campaign under `name`:
-    /// [`lead`](Election::lead) runs a job whenever this process leads, until it is done or the
-    /// client shuts down; [`campaign`](Election::campaign) waits until this process leads and
-    /// returns its [`Leadership`] (its term, its loss, its resignation), for a loop of your
-    /// own; [`observe`](Election::observe) follows who leads.
-    ///
-    /// Leadership is the exclusive lock `name` ([`Client::lock`]), held with a fencing token,
-    /// which is the term, and renewed by the watchdog; one name is one election (do not lock
-    /// it by other means). It runs wherever that lock does: one node, Sentinel, Redis Cluster
-    /// and a Redlock quorum (terms from the quorum's fencing: see
-    /// [the design guide](crate::guide::design#leader-election) for what each promises).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
-    /// # async fn run_the_scheduler(term: u64) {}
-    /// use std::time::Duration;
-    ///
-    /// let election = client.election("billing-scheduler").ttl(Duration::from_secs(10));
-    /// loop {
-    ///     // Waits until this process leads; `ShutDown` once the client is shut down.
-    ///     let leadership = election.campaign().await?;
-    ///     tokio::select! {
-    ///         lost = leadership.lost() => eprintln!("no longer leading: {lost}"),
-    ///         () = run_the_scheduler(leadership.term()) => {
-    ///             leadership.resign().await?; // the next candidate takes over at once
-    ///             return Ok(());
-    ///         }
-    ///     }
-    /// }
-    /// // The same loop in one call:
-    /// // election.lead(|term| run_the_scheduler(term)).await
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn election(&self, name: impl AsRef<[u8]>) -> Election {
-        Election {
-            shared: self.inner().clone(),
-            name: Arc::from(name.as_ref()),
-            ttl: DEFAULT_TTL,
-            wait: Duration::MAX,
-            renew_every: None,
-            replicas: None,
-            label: Cow::Borrowed(NO_LABEL),
-            caller: Location::caller(),
-        }
-    }
-}
-
-/// A leader election; see [`Client::election`]. Set the ttl (and, if needed, a bound on the
+/// A leader election; see [`Client::election`](crate::Client::election). Set the ttl (and, if needed, a bound on the
 /// wait), then [`campaign`](Self::campaign) or [`observe`](Self::observe). Cheap to clone,
 /// and reusable: campaign again after a leadership ended.
 #[derive(Clone)]
@@ -108,6 +58,25 @@ impl std::fmt::Debug for Election {
 }
 
 impl Election {
+    /// The election `name` among the clients of `shared`'s deployment, with the default
+    /// settings; `caller` is where it was made.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        name: &[u8],
+        caller: &'static Location<'static>,
+    ) -> Election {
+        Election {
+            shared: shared.clone(),
+            name: Arc::from(name),
+            ttl: DEFAULT_TTL,
+            wait: Duration::MAX,
+            renew_every: None,
+            replicas: None,
+            label: Cow::Borrowed(NO_LABEL),
+            caller,
+        }
+    }
+
     /// The leader's lease (default 30 s, at least 10 ms), renewed every ttl/3 while it
     /// leads. It bounds how long a leader that died (a crash, a `kill -9`, a host gone) keeps
     /// the others waiting: they take over once its lease ran out. A leader that resigns or
