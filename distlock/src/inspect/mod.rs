@@ -86,7 +86,7 @@ pub struct ForcedUnlock {
     pub previous_owner: String,
 }
 
-/// A lock's state; see [`Client::inspect`].
+/// A lock's state; see [`Client::inspect`](crate::Client::inspect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
