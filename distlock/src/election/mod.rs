@@ -20,12 +20,11 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Replicas, DEFAULT_TTL};
+use crate::config::Replicas;
 use crate::error::Error;
-use crate::lock::LockRequest;
+use crate::lock::{LockRequest, Settings};
 use crate::runtime::Shared;
 use crate::setnx::SETNX;
-use crate::telemetry::NO_LABEL;
 
 pub use leadership::Leadership;
 pub use observe::Leader;
@@ -38,11 +37,9 @@ pub use observe::Leader;
 pub struct Election {
     shared: Arc<Shared>,
     name: Arc<[u8]>,
-    ttl: Duration,
-    wait: Duration,
-    renew_every: Option<Duration>,
-    replicas: Option<Replicas>,
-    label: Cow<'static, str>,
+    /// The settings of each campaign's request: a lock request's, fenced, waiting as long as
+    /// it takes by default.
+    settings: Settings,
     /// Where the election was made: the leader's call site in its description.
     caller: &'static Location<'static>,
 }
@@ -51,8 +48,8 @@ impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
             .field("name", &String::from_utf8_lossy(&self.name))
-            .field("ttl", &self.ttl)
-            .field("wait", &self.wait)
+            .field("ttl", &self.settings.ttl)
+            .field("wait", &self.settings.wait)
             .finish_non_exhaustive()
     }
 }
@@ -68,11 +65,11 @@ impl Election {
         Election {
             shared: shared.clone(),
             name: Arc::from(name),
-            ttl: DEFAULT_TTL,
-            wait: Duration::MAX,
-            renew_every: None,
-            replicas: None,
-            label: Cow::Borrowed(NO_LABEL),
+            settings: Settings {
+                wait: Duration::MAX,
+                fencing: true,
+                ..Settings::default()
+            },
             caller,
         }
     }
@@ -82,7 +79,7 @@ impl Election {
     /// the others waiting: they take over once its lease ran out. A leader that resigns or
     /// drops its [`Leadership`] hands over at once, whatever the ttl.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.settings.ttl = ttl;
         self
     }
 
@@ -90,13 +87,13 @@ impl Election {
     /// [`Error::Timeout`] (zero: one attempt, [`Error::Busy`] if another leads); by default
     /// it waits as long as it takes, also through an outage of Redis.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.settings.wait = wait;
         self
     }
 
     /// How often the leader's lease is renewed (default ttl / 3; must be below the ttl).
     pub fn renew_every(mut self, period: Duration) -> Self {
-        self.renew_every = Some(period);
+        self.settings.renew_every = Some(period);
         self
     }
 
@@ -104,32 +101,23 @@ impl Election {
     /// [`LockRequest::replicas`] does it: a term that fewer replicas confirmed is undone
     /// before a failover could hand the lead to a second process.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
-        self.replicas = Some(Replicas { count, timeout });
+        self.settings.replicas = Some(Replicas { count, timeout });
         self
     }
 
     /// What the election's lock is called in traces and metrics (see
     /// [`LockRequest::label`]).
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
-        self.label = label.into();
+        self.settings.label = label.into();
         self
     }
 
     /// The lock request a campaign makes: the exclusive lock of the election's name, fenced,
     /// renewed by the watchdog.
     fn request(&self) -> LockRequest<'_> {
-        let mut request = LockRequest::new(&self.shared, &SETNX, &self.name, self.caller)
-            .ttl(self.ttl)
-            .wait(self.wait)
-            .fencing(true)
-            .label(self.label.clone());
-        if let Some(period) = self.renew_every {
-            request = request.renew_every(period);
-        }
-        if let Some(replicas) = self.replicas {
-            request = request.replicas(replicas.count, replicas.timeout);
-        }
-        request
+        let key = self.shared.key(&self.name);
+        let settings = self.settings.clone();
+        LockRequest::with_settings(&self.shared, &SETNX, key, settings, self.caller)
     }
 
     /// Waits until this process leads: takes the election's lock, waiting as a lock waiter

@@ -85,7 +85,7 @@ impl Election {
     /// ```
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>, Error> {
         let key = self.shared.key(&self.name)?;
-        let ttl = Duration::from_millis(lease::ttl_ms(self.ttl)?);
+        let ttl = Duration::from_millis(lease::ttl_ms(self.settings.ttl)?);
         let tasks = self.shared.nodes.tasks.clone();
         if tasks.is_closed() {
             return Err(Error::ShutDown {
