@@ -80,3 +80,73 @@ pub(crate) fn native_answer(value: &Value, ttl_ms: u64) -> NativeAnswer {
         _ => NativeAnswer::Failed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use redis::Value;
+
+    use super::*;
+    use crate::key::LockKey;
+
+    fn error(line: &str) -> Value {
+        let reply = format!("-{line}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(value @ Value::ServerError(_)) => value,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_answers_mean_what_the_script_would_have_answered() {
+        assert_eq!(
+            native_answer(&Value::Okay, 3_000),
+            NativeAnswer::Renewed(Duration::from_secs(3))
+        );
+        assert_eq!(native_answer(&Value::Nil, 3_000), NativeAnswer::Refused);
+        // Another mode's lock of the name: the script's pcall reads it as not ours.
+        let wrong = error("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(native_answer(&wrong, 3_000), NativeAnswer::Refused);
+        // A server without the option: the script again.
+        assert_eq!(
+            native_answer(&error("ERR syntax error"), 3_000),
+            NativeAnswer::Unsupported
+        );
+        assert_eq!(
+            native_answer(&error("NOPERM no permissions"), 3_000),
+            NativeAnswer::Failed
+        );
+        assert_eq!(native_answer(&Value::Int(1), 3_000), NativeAnswer::Failed);
+    }
+
+    #[test]
+    fn only_a_setnx_lock_of_one_name_renews_natively() {
+        let key = LockKey::new("p", b"a", 64).expect("key");
+        let id = HoldId {
+            owner: Arc::from("t0k3n"),
+            nonce: Arc::from(""),
+            holder: Arc::from(""),
+            lane: 0,
+        };
+        let cmd = native_extend_cmd(&SETNX, &key, &id, 3_000).expect("setnx");
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let expected: [&[u8]; 7] = [
+            b"SET",
+            key.lock(),
+            b"t0k3n",
+            b"IFEQ",
+            b"t0k3n",
+            b"PX",
+            b"3000",
+        ];
+        assert_eq!(args, expected.map(<[u8]>::to_vec));
+        assert!(native_extend_cmd(&crate::reentrant::REENTRANT, &key, &id, 3_000).is_none());
+    }
+}
