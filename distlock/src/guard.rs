@@ -69,6 +69,7 @@ impl Guard {
             registration,
             tenure,
         } = parts;
+        lease.native.decided(min_hold.is_some());
         Guard {
             shared: shared.clone(),
             hold,

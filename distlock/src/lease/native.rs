@@ -14,8 +14,8 @@
 //! was asked, the lease is [`CAPPED`]: every later answer is trusted for at most the ttl. That
 //! is safe whatever runs later, since a late native renewal still leaves the ttl from when it
 //! ran, and a script never shortens. A `min_hold` release needs the server itself to keep the
-//! longer lease after the guard is gone, so such holds never renew natively at all
-//! ([`NativeRenewal::scripts_only`], before the first renewal).
+//! longer lease after the guard is gone, so such holds never renew natively at all: a lease
+//! is renewed by script until its guard decides ([`NativeRenewal::decided`]).
 //!
 //! One atomic word holds all of it, so a renewal starting and a longer lease asked are
 //! ordered: either the renewal sees [`LONGER`] and goes as the script, or the guard sees it
@@ -28,8 +28,10 @@ use std::time::Duration;
 const LONGER: u64 = 1 << 63;
 /// A native renewal was out when [`LONGER`] was set: answers are trusted for the ttl at most.
 const CAPPED: u64 = 1 << 62;
+/// The guard has not said yet whether the hold has a `min_hold`: scripts only until it does.
+const UNDECIDED: u64 = 1 << 61;
 /// Native renewals sent whose answer has not come (the low bits).
-const IN_FLIGHT: u64 = CAPPED - 1;
+const IN_FLIGHT: u64 = UNDECIDED - 1;
 
 /// One lease's native-renewal state (see the module).
 pub(crate) struct NativeRenewal {
@@ -41,7 +43,7 @@ pub(crate) struct NativeRenewal {
 impl NativeRenewal {
     pub(crate) fn new(ttl: Duration) -> NativeRenewal {
         NativeRenewal {
-            state: AtomicU64::new(0),
+            state: AtomicU64::new(UNDECIDED),
             ttl,
         }
     }
@@ -51,7 +53,7 @@ impl NativeRenewal {
     pub(crate) fn begin(&self) -> bool {
         self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (s & LONGER == 0).then_some(s + 1)
+                (s & (LONGER | UNDECIDED) == 0).then_some(s + 1)
             })
             .is_ok()
     }
@@ -78,9 +80,13 @@ impl NativeRenewal {
         }
     }
 
-    /// Never renew this lease natively (a `min_hold` hold, see the module).
-    pub(crate) fn scripts_only(&self) {
-        self.state.fetch_or(LONGER, Ordering::AcqRel);
+    /// Called by the guard, before native renewals may start: never for a hold with a
+    /// `min_hold` (see the module). A lease handed to another guard keeps what it was asked.
+    pub(crate) fn decided(&self, min_hold: bool) {
+        if min_hold {
+            self.state.fetch_or(LONGER, Ordering::AcqRel);
+        }
+        self.state.fetch_and(!UNDECIDED, Ordering::AcqRel);
     }
 
     /// How much of an answer's `lease` may be trusted: all of it, or at most the ttl once
@@ -103,6 +109,8 @@ mod tests {
     #[test]
     fn a_longer_lease_asked_stops_native_renewals() {
         let native = NativeRenewal::new(TTL);
+        assert!(!native.begin(), "native before the guard decided");
+        native.decided(false);
         assert!(native.begin());
         native.end();
         // Not longer than the ttl: native renewals go on.
@@ -121,6 +129,7 @@ mod tests {
     #[test]
     fn a_native_renewal_out_when_a_longer_lease_is_asked_caps_the_trust() {
         let native = NativeRenewal::new(TTL);
+        native.decided(false);
         assert!(native.begin());
         native.asking(60_000);
         native.end();
@@ -135,7 +144,10 @@ mod tests {
     #[test]
     fn a_min_hold_lease_is_never_renewed_natively() {
         let native = NativeRenewal::new(TTL);
-        native.scripts_only();
+        native.decided(true);
+        assert!(!native.begin());
+        // Handed on to a guard without one: still never.
+        native.decided(false);
         assert!(!native.begin());
         native.end();
         assert_eq!(

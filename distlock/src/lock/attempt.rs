@@ -250,10 +250,6 @@ impl Plan<'_> {
         sent: Instant,
         lease: Arc<LeaseState>,
     ) -> Guard {
-        if self.min_hold.is_some() {
-            // The server must keep the longer lease of a release before `min_hold` by itself.
-            lease.native.scripts_only();
-        }
         let watch = self.period.map(|period| {
             let watch = Watch {
                 algorithm: self.algorithm,
