@@ -34,8 +34,11 @@ use columns::{Column, Kind};
 use report::{ClusterMeta, Meta, Results};
 use scenarios::{Entry, Plan, Scenario};
 
-const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
+const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS] [--no-native]
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
+  --no-native the single node's `COMMAND` renamed away, so that the client does not find the
+              server's native `SET .. IFEQ` (Valkey 8.1+, Redis 8.4+) and renews setnx leases
+              with the extend script: the same server with and without the native renewal
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
               failover) runs once after the rounds (about 2 minutes, 1 with --quick); S10 (herd)
@@ -69,7 +72,7 @@ fn main() -> ExitCode {
         Some(memory::CHILD_FLAG) => return memory::child(&args[2..]),
         _ => {}
     }
-    let (quick, out, only) = match parse_args() {
+    let (quick, out, only, no_native) = match parse_args() {
         Ok(args) => args,
         Err(msg) => {
             eprintln!("{msg}\n{USAGE}");
@@ -82,7 +85,11 @@ fn main() -> ExitCode {
         .filter(|s| only.as_ref().is_none_or(|only| only.contains(s)))
         .collect();
     // Servers start on this thread: the kit ties their lifetime to the spawning thread.
-    let node = RedisServer::start();
+    let node = if no_native {
+        RedisServer::start_with(&["--rename-command", "COMMAND", "\"\""])
+    } else {
+        RedisServer::start()
+    };
     let nodes = RedisServers::start(5);
     let cluster = scenarios.iter().any(|s| s.cluster()).then(|| {
         let started = Instant::now();
@@ -148,12 +155,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>), String> {
+#[allow(clippy::type_complexity)]
+fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>, bool), String> {
     let (mut quick, mut out, mut only) = (false, PathBuf::from("target/bench"), None);
+    let mut no_native = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--no-native" => no_native = true,
             "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
             "--only" => {
                 let ids = args.next().ok_or("--only needs scenario ids")?;
@@ -175,7 +185,7 @@ fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>), String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok((quick, out, only))
+    Ok((quick, out, only, no_native))
 }
 
 /// Where the scenarios run: the single node, the five quorum nodes, and the Redis Cluster

@@ -422,6 +422,12 @@ const ROWS: &[RowSpec] = &[
     ),
     row(
         "S6",
+        "redis-server CPU µs / renewal",
+        "server_cpu_us_per_renewal",
+        Fmt::Ratio,
+    ),
+    row(
+        "S6",
         "time to take the 10,000 locks, s",
         "acquire_s",
         Fmt::Ratio,
