@@ -34,7 +34,7 @@ const PEER_RETRY_COUNT: u32 = 3;
 const LIMIT_POLL: Duration = Duration::from_millis(1);
 
 /// Why `distlock fenced` has no figure in a scenario.
-pub const FENCED_ONLY: &str = "fencing's cost is measured in S1, S2 and S4 only";
+pub const FENCED_ONLY: &str = "fencing's cost is measured in S1, S2, S4 and S13 only";
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -56,7 +56,7 @@ pub enum Kind {
     /// distlock's `setnx` mode (`Client::lock`).
     Distlock,
     /// The same with a fencing token minted on every acquisition (`LockRequest::fencing`):
-    /// what fencing costs. Run in S1, S2 and S4 only.
+    /// what fencing costs. Run in S1, S2 and S4 (and S13, the fenced writes) only.
     DistlockFenced,
     Rslock,
     Redlock,
@@ -120,7 +120,7 @@ impl Kind {
                 "distlock fenced: the distlock column with `.fencing(true)` on every request, so each \
                  acquisition also mints a fencing token (the acquire script: `SET NX PX` + `INCR` of the \
                  lock's counter, where distlock without fencing sends one plain `SET .. NX PX .. GET`). \
-                 Run in S1, S2 and S4 only: it shows what fencing costs, and no target applies to it."
+                 Run in S1, S2 and S4 only (and S13, where it is the fenced writes): it shows what fencing costs, and no target applies to it."
             }
             Kind::Distlock => {
                 "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or in S4 \

@@ -13,6 +13,7 @@ mod child;
 mod columns;
 mod cost;
 mod failover;
+mod fenced_writes;
 mod held;
 mod herd;
 mod memory;
@@ -28,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use distlock_testkit::{RedisCluster, RedisServer, RedisServers};
+use distlock_testkit::{PostgresServer, RedisCluster, RedisServer, RedisServers};
 
 use columns::{Column, Kind};
 use report::{ClusterMeta, Meta, Results};
@@ -93,6 +94,10 @@ fn main() -> ExitCode {
         eprintln!("Redis Cluster formed in {start_s:.1} s");
         (cluster, slots, start_s)
     });
+    // S13's private PostgreSQL, or why there is none (S13's PostgreSQL rows are n/a then).
+    let postgres = scenarios
+        .contains(&Scenario::S13)
+        .then(|| PostgresServer::try_start_with(fenced_writes::POSTGRES_SETTINGS));
     let meta = Meta {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         date_utc: utc_now(),
@@ -129,6 +134,7 @@ fn main() -> ExitCode {
         node: &node,
         nodes: &nodes,
         cluster: cluster.as_ref().map(|(c, slots, _)| (c, slots)),
+        postgres: postgres.as_ref(),
     };
     runtime.block_on(run_all(&plan, &scenarios, &deployments, &mut results));
     // Its servers go now, not after the report is written.
@@ -184,6 +190,8 @@ struct Deployments<'a> {
     node: &'a RedisServer,
     nodes: &'a RedisServers,
     cluster: Option<(&'a RedisCluster, &'a SlotMap)>,
+    /// S13's PostgreSQL, when S13 runs.
+    postgres: Option<&'a Result<PostgresServer, String>>,
 }
 
 /// Which master serves each slot, read once after the cluster formed (nothing fails over in
@@ -269,6 +277,11 @@ async fn run_all(
     } else {
         Vec::new()
     };
+    let mut fenced_stores = if scenarios.contains(&Scenario::S13) {
+        Some(fenced_writes::connect(node, deployments.postgres).await)
+    } else {
+        None
+    };
 
     // Warm-up, not measured: connections opened, scripts loaded, code paths paged in.
     for (columns, cycles) in [
@@ -318,6 +331,20 @@ async fn run_all(
             }
             if scenario == Scenario::S12 {
                 rwmix::round(&rwlocks, node, plan.s12_duration, round, results).await;
+                continue;
+            }
+            if scenario == Scenario::S13 {
+                match &mut fenced_stores {
+                    Some(Ok(stores)) => {
+                        fenced_writes::round(stores, plan.s1_cycles, round, results).await
+                    }
+                    Some(Err(e)) => {
+                        for kind in [Kind::DistlockFenced, Kind::Limit] {
+                            results.cell(scenario, kind).errors.push(e.clone());
+                        }
+                    }
+                    None => {}
+                }
                 continue;
             }
             if matches!(

@@ -56,10 +56,12 @@ pub enum Scenario {
     S11,
     /// The read/write lock under a 9:1 read/write mix (`rwmix`).
     S12,
+    /// A fenced write against a plain one, on Redis and PostgreSQL (`fenced_writes`).
+    S13,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::S1,
         Scenario::S2,
         Scenario::S1c,
@@ -77,6 +79,7 @@ impl Scenario {
         Scenario::S10,
         Scenario::S11,
         Scenario::S12,
+        Scenario::S13,
     ];
 
     pub fn id(self) -> &'static str {
@@ -98,6 +101,7 @@ impl Scenario {
             Scenario::S10 => "S10",
             Scenario::S11 => "S11",
             Scenario::S12 => "S12",
+            Scenario::S13 => "S13",
         }
     }
 
@@ -123,6 +127,9 @@ impl Scenario {
             Scenario::S11 => "S11 memory per held lock, client and server, at 10,000 and 100,000 held",
             Scenario::S12 => {
                 "S12 read/write lock: 8 tasks, one name, 9 reads (hold 100 µs) to 1 write (hold 200 µs)"
+            }
+            Scenario::S13 => {
+                "S13 fenced write (distlock fenced) against the plain write (limit), Redis and PostgreSQL, 1 task"
             }
         }
     }
@@ -207,7 +214,7 @@ impl Plan {
 
 /// Cycles per turn of a column in S1/S4. Short turns spread a burst of machine noise (other
 /// processes on this 2-core machine) over every column instead of the one running then.
-const SLICE_CYCLES: usize = 50;
+pub const SLICE_CYCLES: usize = 50;
 /// Length of a column's turn in S2.
 pub const S2_SLICE: Duration = Duration::from_millis(250);
 
@@ -244,9 +251,10 @@ pub async fn run_round(
         | Scenario::S6q
         | Scenario::S10
         | Scenario::S11
-        | Scenario::S12 => entries
+        | Scenario::S12
+        | Scenario::S13 => entries
             .iter()
-            .map(|_| Err("S3x and S5 to S12 run on their own".to_owned()))
+            .map(|_| Err("S3x and S5 to S13 run on their own".to_owned()))
             .collect(),
         // Whole runs: fairness and hand-off need one long stretch of contention.
         Scenario::S3 | Scenario::S3b => {
@@ -716,7 +724,7 @@ pub async fn spawn_blocking_p50(count: usize) -> f64 {
 }
 
 /// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -724,7 +732,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn micros(d: Duration) -> f64 {
+pub fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
