@@ -48,7 +48,8 @@ const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
               failover) runs once after the rounds (about 2 minutes, 1 with --quick); S10 (herd)
-              takes about 15 s a round, S6b, S6q and S11 about 10 s each, S12 about 6 s";
+              takes about 15 s a round, S6b, S6q and S11 about 10 s each, S12 about 6 s, S13
+              (fenced writes; starts a PostgreSQL of its own) about 15 s";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
