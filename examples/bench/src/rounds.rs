@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use distlock_testkit::RedisServer;
+
 use crate::columns::Kind;
 use crate::deployments::{connect_all, connect_cluster, Deployments, CLUSTER_MASTERS};
 use crate::own_rounds::{
@@ -11,8 +13,8 @@ use crate::own_rounds::{
     two_processes,
 };
 use crate::report::Results;
-use crate::scenarios::{self, Entry, Plan, Scenario};
-use crate::{contended, fenced_writes, rwmix};
+use crate::scenarios::{self, Entry, Metrics, Plan, Scenario};
+use crate::{contended, fenced_writes, rwmix, uncontended};
 
 pub async fn run_all(
     plan: &Plan,
@@ -157,7 +159,7 @@ pub async fn run_all(
                 }
             }
             let started = Instant::now();
-            let outcomes = scenarios::run_round(scenario, &entries, plan, node).await;
+            let outcomes = run_round(scenario, &entries, plan, node).await;
             eprintln!(
                 "  {:<4} {:>6.2} s",
                 scenario.id(),
@@ -198,6 +200,51 @@ pub async fn run_all(
                     Err(e) => cell.errors.push(e),
                 }
             }
+        }
+    }
+}
+
+/// One round of `scenario` for all `entries`, in their order; results in the same order.
+async fn run_round(
+    scenario: Scenario,
+    entries: &[Entry<'_>],
+    plan: &Plan,
+    server: &RedisServer,
+) -> Vec<Result<Metrics, String>> {
+    match scenario {
+        // The cost rows only where every column's server is the single node.
+        Scenario::S1 => uncontended::latency(entries, plan.s1_cycles, Some(server.url())).await,
+        Scenario::S1c => uncontended::latency(entries, plan.s1_cycles, None).await,
+        Scenario::S4 => uncontended::latency(entries, plan.s4_cycles, None).await,
+        Scenario::S2 => {
+            uncontended::throughput(entries, plan.s2_duration, Some(server.url())).await
+        }
+        Scenario::S2c => uncontended::throughput(entries, plan.s2c_duration, None).await,
+        // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
+        // of its own; `rounds` runs them on their own (`annotated`, `held_locks`,
+        // `two_processes`).
+        Scenario::S3x
+        | Scenario::S5
+        | Scenario::S6
+        | Scenario::S7
+        | Scenario::S8
+        | Scenario::S6b
+        | Scenario::S6q
+        | Scenario::S10
+        | Scenario::S11
+        | Scenario::S12
+        | Scenario::S13 => entries
+            .iter()
+            .map(|_| Err("S3x and S5 to S13 run on their own".to_owned()))
+            .collect(),
+        // Whole runs: fairness and hand-off need one long stretch of contention.
+        Scenario::S3 | Scenario::S3b => {
+            let hold = if scenario == Scenario::S3 {
+                scenarios::S3_HOLD
+            } else {
+                scenarios::S3B_HOLD
+            };
+            contended::round(entries, hold, plan.s3_duration, server).await
         }
     }
 }

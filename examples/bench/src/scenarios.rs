@@ -1,16 +1,14 @@
-//! The scenarios: their names, their sizes, and the round of the scenarios every column runs
-//! (`uncontended`: S1, S2, S4 and their cluster forms; `contended`: S3, S3b). Each run drives
-//! one column for one round and returns its figures by name; `rounds` interleaves the columns
-//! within every round, and runs the other scenarios (their modules) on their own.
+//! The scenarios: their names, their sizes, and what every scenario's run shares (the figures
+//! by name, a column's part of a round, the turns' order, percentiles). The scenarios every
+//! column runs alike are in `uncontended` (S1, S2, S4 and their cluster forms) and `contended`
+//! (S3, S3b); `rounds` interleaves the columns within every round, and runs the other
+//! scenarios (their modules) on their own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_testkit::RedisServer;
-
 use crate::columns::Column;
-use crate::{contended, uncontended};
 
 /// Figures of one run by name, e.g. `p50_us`.
 pub type Metrics = BTreeMap<&'static str, f64>;
@@ -222,51 +220,6 @@ pub const S2_SLICE: Duration = Duration::from_millis(250);
 pub struct Entry<'a> {
     pub column: &'a Arc<dyn Column>,
     pub key: String,
-}
-
-/// One round of `scenario` for all `entries`, in their order; results in the same order.
-pub async fn run_round(
-    scenario: Scenario,
-    entries: &[Entry<'_>],
-    plan: &Plan,
-    server: &RedisServer,
-) -> Vec<Result<Metrics, String>> {
-    match scenario {
-        // The cost rows only where every column's server is the single node.
-        Scenario::S1 => uncontended::latency(entries, plan.s1_cycles, Some(server.url())).await,
-        Scenario::S1c => uncontended::latency(entries, plan.s1_cycles, None).await,
-        Scenario::S4 => uncontended::latency(entries, plan.s4_cycles, None).await,
-        Scenario::S2 => {
-            uncontended::throughput(entries, plan.s2_duration, Some(server.url())).await
-        }
-        Scenario::S2c => uncontended::throughput(entries, plan.s2c_duration, None).await,
-        // Only distlock has a batched watchdog and the attributes, and S3x runs in processes
-        // of its own; `rounds` runs them on their own (`annotated`, `held_locks`,
-        // `two_processes`).
-        Scenario::S3x
-        | Scenario::S5
-        | Scenario::S6
-        | Scenario::S7
-        | Scenario::S8
-        | Scenario::S6b
-        | Scenario::S6q
-        | Scenario::S10
-        | Scenario::S11
-        | Scenario::S12
-        | Scenario::S13 => entries
-            .iter()
-            .map(|_| Err("S3x and S5 to S13 run on their own".to_owned()))
-            .collect(),
-        // Whole runs: fairness and hand-off need one long stretch of contention.
-        Scenario::S3 | Scenario::S3b => {
-            let hold = if scenario == Scenario::S3 {
-                S3_HOLD
-            } else {
-                S3B_HOLD
-            };
-            contended::round(entries, hold, plan.s3_duration, server).await
-        }
-    }
 }
 
 /// The order of the columns' turns, drawn afresh for every pass through them. A column's
