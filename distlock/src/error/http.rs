@@ -239,8 +239,8 @@ mod tests {
             (Error::ShutDown { name: NAME.into() }, 503),
             (
                 Error::StaleToken {
-                    token: crate::FencingToken::new(7),
-                    highest: crate::FencingToken::new(8),
+                    token: crate::token::FencingToken::new(7),
+                    highest: crate::token::FencingToken::new(8),
                 },
                 409,
             ),
