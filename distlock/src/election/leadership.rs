@@ -2,14 +2,12 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::channels::TAKEN;
-use crate::conn::within;
 use crate::error::{Error, Op};
 use crate::guard::Guard;
 use crate::key::LockKey;
 use crate::runtime::Shared;
+use crate::token::FencingToken;
 
 /// This process leads an election, until [`resign`](Leadership::resign), drop, or loss.
 ///
@@ -30,7 +28,7 @@ use crate::runtime::Shared;
 #[must_use = "dropping the leadership resigns at once"]
 pub struct Leadership {
     guard: Guard,
-    term: u64,
+    term: FencingToken,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -60,7 +58,10 @@ impl Leadership {
                     .into(),
             ));
         };
-        announce(shared, key);
+        // The observers hear of the new leader: a message on the lock's wake-up channel that
+        // wakes them and no waiter (see `channels::TAKEN`), on every node, best-effort: one
+        // that misses it reads the lock again within a ttl.
+        shared.nodes.publish(&key, TAKEN);
         Ok(Leadership { guard, term })
     }
 
@@ -68,7 +69,7 @@ impl Leadership {
     /// term of every earlier leadership of this election (also across a restart of a server
     /// without persistence: tokens are floored at the server's clock). Pass it with every
     /// write the leader makes, and have the store refuse a term smaller than one it has seen.
-    pub fn term(&self) -> u64 {
+    pub fn term(&self) -> FencingToken {
         self.term
     }
 
@@ -86,7 +87,7 @@ impl Leadership {
     ///
     /// ```no_run
     /// # async fn demo(leadership: distlock::Leadership) -> Result<(), distlock::Error> {
-    /// # async fn lead(term: u64) {}
+    /// # async fn lead(term: distlock::FencingToken) {}
     /// tokio::select! {
     ///     () = lead(leadership.term()) => leadership.resign().await,
     ///     lost = leadership.lost() => Err(lost),
@@ -114,40 +115,5 @@ impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &str {
         self.guard.name()
-    }
-}
-
-/// Tells the election's observers that a leader took the lock: a message on the lock's
-/// wake-up channel that wakes observers and no waiter (see `channels::TAKEN`). Sent in the
-/// background, best-effort, on every node: an observer that misses it reads the lock again
-/// within a ttl.
-fn announce(shared: &Shared, key: LockKey) {
-    let (nodes, limit) = (shared.nodes.clone(), answer_limit(shared));
-    let tasks = nodes.tasks.clone();
-    tasks.spawn(async move {
-        let channel = key.channel();
-        let sends = nodes.nodes.iter().map(|node| {
-            let mut conn = node.conn.clone();
-            let mut publish = redis::cmd(if conn.sharded() {
-                "SPUBLISH"
-            } else {
-                "PUBLISH"
-            });
-            publish.arg(&channel).arg(TAKEN);
-            async move {
-                let _ = within(limit, publish.query_async::<Value>(&mut conn)).await;
-            }
-        });
-        futures_util::future::join_all(sends).await;
-    });
-}
-
-/// How long a read or an announcement waits for one node: a quorum node's timeout, or the
-/// connection's own response timeout.
-pub(super) fn answer_limit(shared: &Shared) -> Duration {
-    if shared.nodes.is_quorum() {
-        shared.nodes.node_timeout
-    } else {
-        shared.response_timeout
     }
 }
