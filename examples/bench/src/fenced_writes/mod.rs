@@ -246,7 +246,7 @@ pub async fn round(stores: &mut Stores, writes: usize, round: usize, results: &m
         Ok(guard) => guard,
         Err(e) => return fail(results, format!("the round's fenced lock: {e}")),
     };
-    let Some(token) = guard.fencing_token().map(FencingToken::from) else {
+    let Some(token) = guard.fencing_token() else {
         return fail(results, "the round's fenced lock has no token".to_owned());
     };
     let row = round as i64;
