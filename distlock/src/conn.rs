@@ -199,6 +199,20 @@ impl Conn {
         }
     }
 
+    /// Publishes `payload` on a lock's wake-up channel, as [`subscribe`](Self::subscribe)
+    /// listens to it: `SPUBLISH` on a Cluster (heard on the channel's shard), else `PUBLISH`.
+    /// A Redis 6 Cluster refuses `SPUBLISH`, as it refuses the subscription: nobody there
+    /// listens on the channel, and the refusal is the answer.
+    pub(crate) async fn publish(&mut self, channel: &[u8], payload: &[u8]) -> RedisResult<()> {
+        let mut publish = redis::cmd(if self.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        });
+        publish.arg(channel).arg(payload);
+        publish.query_async::<Value>(self).await.map(drop)
+    }
+
     /// Undoes [`subscribe`](Self::subscribe).
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {

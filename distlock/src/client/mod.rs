@@ -2,6 +2,7 @@
 
 mod builder;
 mod default;
+mod operators;
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use builder::Shape;
 pub(crate) use default::scoped_default;
 pub use default::{default_client, default_quorum_client, scope_default, set_default};
 
+use crate::election::Election;
 use crate::error::Error;
 use crate::lock::LockRequest;
 use crate::reentrant;
@@ -424,6 +426,44 @@ impl Client {
             std::panic::Location::caller(),
         )
         .with_permits(permits)
+    }
+
+    /// A leader election among the processes that campaign under `name`:
+    /// [`lead`](Election::lead) runs a job whenever this process leads, until it is done or the
+    /// client shuts down; [`campaign`](Election::campaign) waits until this process leads and
+    /// returns its [`Leadership`](crate::Leadership) (its term, its loss, its resignation), for a loop of your
+    /// own; [`observe`](Election::observe) follows who leads.
+    ///
+    /// Leadership is the exclusive lock `name` ([`Client::lock`]), held with a fencing token,
+    /// which is the term, and renewed by the watchdog; one name is one election (do not lock
+    /// it by other means). It runs wherever that lock does: one node, Sentinel, Redis Cluster
+    /// and a Redlock quorum (terms from the quorum's fencing: see
+    /// [the design guide](crate::guide::design#leader-election) for what each promises).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
+    /// # async fn run_the_scheduler(term: distlock::FencingToken) {}
+    /// use std::time::Duration;
+    ///
+    /// let election = client.election("billing-scheduler").ttl(Duration::from_secs(10));
+    /// loop {
+    ///     // Waits until this process leads; `ShutDown` once the client is shut down.
+    ///     let leadership = election.campaign().await?;
+    ///     tokio::select! {
+    ///         lost = leadership.lost() => eprintln!("no longer leading: {lost}"),
+    ///         () = run_the_scheduler(leadership.term()) => {
+    ///             leadership.resign().await?; // the next candidate takes over at once
+    ///             return Ok(());
+    ///         }
+    ///     }
+    /// }
+    /// // The same loop in one call:
+    /// // election.lead(|term| run_the_scheduler(term)).await
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn election(&self, name: impl AsRef<[u8]>) -> Election {
+        Election::new(&self.inner, name.as_ref(), std::panic::Location::caller())
     }
 
     /// Renewal round trips the watchdog has sent (one per tick, however many locks it renews).

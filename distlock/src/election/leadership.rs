@@ -2,10 +2,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::channels::TAKEN;
-use crate::conn::within;
 use crate::error::{Error, Op};
 use crate::guard::Guard;
 use crate::key::LockKey;
@@ -61,7 +58,10 @@ impl Leadership {
                     .into(),
             ));
         };
-        announce(shared, key);
+        // The observers hear of the new leader: a message on the lock's wake-up channel that
+        // wakes them and no waiter (see `channels::TAKEN`), on every node, best-effort: one
+        // that misses it reads the lock again within a ttl.
+        shared.nodes.publish(&key, TAKEN);
         Ok(Leadership { guard, term })
     }
 
@@ -115,40 +115,5 @@ impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &str {
         self.guard.name()
-    }
-}
-
-/// Tells the election's observers that a leader took the lock: a message on the lock's
-/// wake-up channel that wakes observers and no waiter (see `channels::TAKEN`). Sent in the
-/// background, best-effort, on every node: an observer that misses it reads the lock again
-/// within a ttl.
-fn announce(shared: &Shared, key: LockKey) {
-    let (nodes, limit) = (shared.nodes.clone(), answer_limit(shared));
-    let tasks = nodes.tasks.clone();
-    tasks.spawn(async move {
-        let channel = key.channel();
-        let sends = nodes.nodes.iter().map(|node| {
-            let mut conn = node.conn.clone();
-            let mut publish = redis::cmd(if conn.sharded() {
-                "SPUBLISH"
-            } else {
-                "PUBLISH"
-            });
-            publish.arg(&channel).arg(TAKEN);
-            async move {
-                let _ = within(limit, publish.query_async::<Value>(&mut conn)).await;
-            }
-        });
-        futures_util::future::join_all(sends).await;
-    });
-}
-
-/// How long a read or an announcement waits for one node: a quorum node's timeout, or the
-/// connection's own response timeout.
-pub(super) fn answer_limit(shared: &Shared) -> Duration {
-    if shared.nodes.is_quorum() {
-        shared.nodes.node_timeout
-    } else {
-        shared.response_timeout
     }
 }

@@ -20,67 +20,16 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::config::{Replicas, DEFAULT_TTL};
+use crate::config::Replicas;
 use crate::error::Error;
-use crate::lock::LockRequest;
+use crate::lock::{LockRequest, Settings};
 use crate::runtime::Shared;
 use crate::setnx::SETNX;
-use crate::telemetry::NO_LABEL;
 
 pub use leadership::Leadership;
 pub use observe::Leader;
 
-impl Client {
-    /// A leader election among the processes that campaign under `name`:
-    /// [`lead`](Election::lead) runs a job whenever this process leads, until it is done or the
-    /// client shuts down; [`campaign`](Election::campaign) waits until this process leads and
-    /// returns its [`Leadership`] (its term, its loss, its resignation), for a loop of your
-    /// own; [`observe`](Election::observe) follows who leads.
-    ///
-    /// Leadership is the exclusive lock `name` ([`Client::lock`]), held with a fencing token,
-    /// which is the term, and renewed by the watchdog; one name is one election (do not lock
-    /// it by other means). It runs wherever that lock does: one node, Sentinel, Redis Cluster
-    /// and a Redlock quorum (terms from the quorum's fencing: see
-    /// [the design guide](crate::guide::design#leader-election) for what each promises).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
-    /// # async fn run_the_scheduler(term: distlock::FencingToken) {}
-    /// use std::time::Duration;
-    ///
-    /// let election = client.election("billing-scheduler").ttl(Duration::from_secs(10));
-    /// loop {
-    ///     // Waits until this process leads; `ShutDown` once the client is shut down.
-    ///     let leadership = election.campaign().await?;
-    ///     tokio::select! {
-    ///         lost = leadership.lost() => eprintln!("no longer leading: {lost}"),
-    ///         () = run_the_scheduler(leadership.term()) => {
-    ///             leadership.resign().await?; // the next candidate takes over at once
-    ///             return Ok(());
-    ///         }
-    ///     }
-    /// }
-    /// // The same loop in one call:
-    /// // election.lead(|term| run_the_scheduler(term)).await
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn election(&self, name: impl AsRef<[u8]>) -> Election {
-        Election {
-            shared: self.inner().clone(),
-            name: Arc::from(name.as_ref()),
-            ttl: DEFAULT_TTL,
-            wait: Duration::MAX,
-            renew_every: None,
-            replicas: None,
-            label: Cow::Borrowed(NO_LABEL),
-            caller: Location::caller(),
-        }
-    }
-}
-
-/// A leader election; see [`Client::election`]. Set the ttl (and, if needed, a bound on the
+/// A leader election; see [`Client::election`](crate::Client::election). Set the ttl (and, if needed, a bound on the
 /// wait), then [`campaign`](Self::campaign) or [`observe`](Self::observe). Cheap to clone,
 /// and reusable: campaign again after a leadership ended.
 #[derive(Clone)]
@@ -88,11 +37,9 @@ impl Client {
 pub struct Election {
     shared: Arc<Shared>,
     name: Arc<[u8]>,
-    ttl: Duration,
-    wait: Duration,
-    renew_every: Option<Duration>,
-    replicas: Option<Replicas>,
-    label: Cow<'static, str>,
+    /// The settings of each campaign's request: a lock request's, fenced, waiting as long as
+    /// it takes by default.
+    settings: Settings,
     /// Where the election was made: the leader's call site in its description.
     caller: &'static Location<'static>,
 }
@@ -101,19 +48,38 @@ impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
             .field("name", &String::from_utf8_lossy(&self.name))
-            .field("ttl", &self.ttl)
-            .field("wait", &self.wait)
+            .field("ttl", &self.settings.ttl)
+            .field("wait", &self.settings.wait)
             .finish_non_exhaustive()
     }
 }
 
 impl Election {
+    /// The election `name` among the clients of `shared`'s deployment, with the default
+    /// settings; `caller` is where it was made.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        name: &[u8],
+        caller: &'static Location<'static>,
+    ) -> Election {
+        Election {
+            shared: shared.clone(),
+            name: Arc::from(name),
+            settings: Settings {
+                wait: Duration::MAX,
+                fencing: true,
+                ..Settings::default()
+            },
+            caller,
+        }
+    }
+
     /// The leader's lease (default 30 s, at least 10 ms), renewed every ttl/3 while it
     /// leads. It bounds how long a leader that died (a crash, a `kill -9`, a host gone) keeps
     /// the others waiting: they take over once its lease ran out. A leader that resigns or
     /// drops its [`Leadership`] hands over at once, whatever the ttl.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.settings.ttl = ttl;
         self
     }
 
@@ -121,13 +87,13 @@ impl Election {
     /// [`Error::Timeout`] (zero: one attempt, [`Error::Busy`] if another leads); by default
     /// it waits as long as it takes, also through an outage of Redis.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.settings.wait = wait;
         self
     }
 
     /// How often the leader's lease is renewed (default ttl / 3; must be below the ttl).
     pub fn renew_every(mut self, period: Duration) -> Self {
-        self.renew_every = Some(period);
+        self.settings.renew_every = Some(period);
         self
     }
 
@@ -135,32 +101,23 @@ impl Election {
     /// [`LockRequest::replicas`] does it: a term that fewer replicas confirmed is undone
     /// before a failover could hand the lead to a second process.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
-        self.replicas = Some(Replicas { count, timeout });
+        self.settings.replicas = Some(Replicas { count, timeout });
         self
     }
 
     /// What the election's lock is called in traces and metrics (see
     /// [`LockRequest::label`]).
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
-        self.label = label.into();
+        self.settings.label = label.into();
         self
     }
 
     /// The lock request a campaign makes: the exclusive lock of the election's name, fenced,
     /// renewed by the watchdog.
     fn request(&self) -> LockRequest<'_> {
-        let mut request = LockRequest::new(&self.shared, &SETNX, &self.name, self.caller)
-            .ttl(self.ttl)
-            .wait(self.wait)
-            .fencing(true)
-            .label(self.label.clone());
-        if let Some(period) = self.renew_every {
-            request = request.renew_every(period);
-        }
-        if let Some(replicas) = self.replicas {
-            request = request.replicas(replicas.count, replicas.timeout);
-        }
-        request
+        let key = self.shared.key(&self.name);
+        let settings = self.settings.clone();
+        LockRequest::with_settings(&self.shared, &SETNX, key, settings, self.caller)
     }
 
     /// Waits until this process leads: takes the election's lock, waiting as a lock waiter

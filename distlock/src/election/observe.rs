@@ -10,23 +10,19 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use redis::Value;
 use tokio::sync::{oneshot, watch};
 
-use crate::algorithm::{evalsha, invoke, Lua};
-use crate::conn::within;
-use crate::error::{Error, NodeError, Op};
+use crate::algorithm::{evalsha, Lua};
+use crate::error::Error;
 use crate::identity::Described;
 use crate::inspect::{parse_info, Holder, LockInfo};
 use crate::key::{Kind, LockKey};
 use crate::lease;
 use crate::mode::LockMode;
-use crate::nodes::{records, Node};
 use crate::notify::Subscription;
 use crate::runtime::Shared;
 use crate::token::FencingToken;
 
-use super::leadership::answer_limit;
 use super::Election;
 
 /// The inspection's read of the lock, behind the waited-for mark.
@@ -90,7 +86,7 @@ impl Election {
     /// ```
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>, Error> {
         let key = self.shared.key(&self.name)?;
-        let ttl = Duration::from_millis(lease::ttl_ms(self.ttl)?);
+        let ttl = Duration::from_millis(lease::ttl_ms(self.settings.ttl)?);
         let tasks = self.shared.nodes.tasks.clone();
         if tasks.is_closed() {
             return Err(Error::ShutDown {
@@ -130,6 +126,12 @@ struct Seen {
 }
 
 impl Seen {
+    /// Nobody leads.
+    const NOBODY: Seen = Seen {
+        leader: None,
+        remaining: None,
+    };
+
     /// How long to wait for a message before reading again: until the lease read ends (the
     /// leader may have died), and at most a ttl (the mark's lifetime).
     fn pause(&self, ttl: Duration) -> Duration {
@@ -247,84 +249,51 @@ impl Watcher {
         }
     }
 
-    /// Who leads now, by one read of each node (all at once on a quorum).
+    /// Who leads now, by one read of every node (see `Nodes::read_every`): the holder a
+    /// majority of nodes agree on, with the term and lease that majority reaches.
     async fn read(&mut self) -> Result<Seen, Error> {
         let shared = self.shared.clone();
-        let nodes = &shared.nodes;
-        let limit = answer_limit(&shared);
-        let mark_ms = self.ttl.as_millis().to_string();
-        let reads = nodes
-            .nodes
-            .iter()
-            .map(|node| read_node(&self.key, node, limit, &mark_ms));
-        let answers = futures_util::future::join_all(reads).await;
-        let mut held: Vec<(&Node, LockInfo, Option<Described>)> = Vec::new();
-        let (mut free, mut errors) = (0, Vec::new());
-        for (node, answer) in nodes.nodes.iter().zip(answers) {
-            match answer {
-                Ok((info, _)) if info.mode.is_none() => free += 1,
-                Ok((info, described)) if info.mode == Some(LockMode::SetNx) => {
-                    held.push((node, info, described));
-                }
-                Ok((info, _)) => {
-                    return Err(Error::ModeConflict {
-                        name: self.key.name().to_owned(),
-                        held_as: info.mode.unwrap_or(LockMode::SetNx),
-                        requested: LockMode::SetNx,
-                    })
-                }
-                Err(e) if !nodes.is_quorum() => return Err(e),
-                Err(e) => errors.push(NodeError {
-                    node: node.addr.clone(),
-                    reason: e.to_string(),
-                    retryable: e.is_retryable(),
-                }),
-            }
-        }
-        let majority = nodes.majority;
-        if !majority.reached(held.len() + free) {
-            return Err(Error::QuorumNotReached {
-                name: self.key.name().to_owned(),
-                acked: held.len() + free,
-                needed: majority.needed(),
-                nodes: majority.nodes(),
-                errors,
+        let key = &self.key;
+        let mut cmd = evalsha(&OBSERVE, 6, 7, 6 * key.lock().len() + 80);
+        cmd.arg(key.lock())
+            .arg(key.helper_arg(Kind::Fence))
+            .arg(key.helper_arg(Kind::Forced))
+            .arg(key.helper_arg(Kind::Readers))
+            .arg(key.helper_arg(Kind::Intents))
+            .arg(key.helper_arg(Kind::Waited))
+            .arg(self.ttl.as_millis().to_string());
+        // An election's lock is a setnx lock: it has no permits.
+        let parse = |reply| parse_info(key, reply).map(|(info, holder, _)| (info, holder));
+        let readings = shared.nodes.read_every(key, &OBSERVE, &cmd, parse).await?;
+        if let Some(held_as) = readings
+            .all()
+            .find_map(|(_, (info, _))| info.mode.filter(|&mode| mode != LockMode::SetNx))
+        {
+            return Err(Error::ModeConflict {
+                name: key.name().to_owned(),
+                held_as,
+                requested: LockMode::SetNx,
             });
         }
         // The holder a majority of nodes agree on (one node: the holder), if any.
-        let Some(owner) = held
-            .iter()
-            .filter_map(|(_, info, _)| info.holder.as_ref().map(|h| &h.owner))
-            .find(|&owner| {
-                let agreeing = held
-                    .iter()
-                    .filter(|(_, info, _)| info.holder.as_ref().is_some_and(|h| &h.owner == owner));
-                majority.reached(agreeing.count())
-            })
-            .cloned()
-        else {
-            return Ok(Seen {
-                leader: None,
-                remaining: None,
-            });
+        let owner = |(info, _): &Reading| info.holder.as_ref().map(|h| h.owner.clone());
+        let Some(agreed) = readings.agreed(owner) else {
+            return Ok(Seen::NOBODY);
         };
-        held.retain(|(_, info, _)| info.holder.as_ref().is_some_and(|h| h.owner == owner));
-        let mut terms: Vec<FencingToken> = held
-            .iter()
-            .map(|(_, info, _)| info.fencing_token.unwrap_or(FencingToken::new(0)))
-            .collect();
-        let mut leases: Vec<Duration> = held
-            .iter()
-            .map(|(_, info, _)| info.remaining.unwrap_or_default())
-            .collect();
-        let (term, remaining) = (
-            majority
-                .least_agreed(&mut terms)
-                .unwrap_or(FencingToken::new(0)),
-            majority.least_agreed(&mut leases),
-        );
-        let (node, info, described) = held.swap_remove(0);
-        let holder = self.describe(node, info, described, limit).await;
+        let Some(&(node, (info, _))) = agreed.answers.first() else {
+            return Ok(Seen::NOBODY);
+        };
+        if info.holder.is_none() {
+            return Ok(Seen::NOBODY);
+        }
+        let term = agreed
+            .least(|(info, _)| info.fencing_token.unwrap_or(FencingToken::new(0)))
+            .unwrap_or(FencingToken::new(0));
+        let remaining = agreed.least(|(info, _)| info.remaining.unwrap_or_default());
+        let Some((info, described)) = readings.into_answer(node) else {
+            return Ok(Seen::NOBODY);
+        };
+        let holder = self.describe(node, info, described).await;
         Ok(Seen {
             leader: Some(Leader { term, holder }),
             remaining,
@@ -335,51 +304,25 @@ impl Watcher {
     /// when another holder than the last leads).
     async fn describe(
         &mut self,
-        node: &Node,
+        node: usize,
         info: LockInfo,
         described: Option<Described>,
-        limit: Duration,
     ) -> Holder {
         let mut holder = info.holder.unwrap_or_default();
         if let Some(known) = self.known.as_ref().filter(|k| k.owner == holder.owner) {
             return known.clone();
         }
         if let Some(described) = described {
-            let mut conn = node.conn.clone();
-            let prefix = &self.shared.prefix;
-            if let Ok(found) =
-                tokio::time::timeout(limit, records::look_up(&mut conn, prefix, &described)).await
-            {
-                (holder.host, holder.pid, holder.site) = found;
-            }
+            let (nodes, prefix) = (&self.shared.nodes, &self.shared.prefix);
+            (holder.host, holder.pid, holder.site) = nodes.look_up(node, prefix, &described).await;
         }
         self.known = Some(holder.clone());
         holder
     }
 }
 
-/// One node's read of the lock (marking it as waited for, see `mark.lua`).
-async fn read_node(
-    key: &LockKey,
-    node: &Node,
-    limit: Duration,
-    mark_ms: &str,
-) -> Result<(LockInfo, Option<Described>), Error> {
-    let mut conn = node.conn.clone();
-    let mut cmd = evalsha(&OBSERVE, 6, 7, 6 * key.lock().len() + 80);
-    cmd.arg(key.lock())
-        .arg(key.helper_arg(Kind::Fence))
-        .arg(key.helper_arg(Kind::Forced))
-        .arg(key.helper_arg(Kind::Readers))
-        .arg(key.helper_arg(Kind::Intents))
-        .arg(key.helper_arg(Kind::Waited))
-        .arg(mark_ms);
-    let reply: Value = within(limit, invoke(&OBSERVE, &cmd, &mut conn))
-        .await
-        .map_err(|e| Error::redis(Op::Inspect, key.name(), e))?;
-    // An election's lock is a setnx lock: it has no permits.
-    parse_info(key, reply).map(|(info, holder, _)| (info, holder))
-}
+/// One node's reading of the election's lock, and its holder's description.
+type Reading = (LockInfo, Option<Described>);
 
 /// Sends `leader` to the receivers if it is another leader or term than they have.
 fn publish(sender: &watch::Sender<Option<Leader>>, leader: Option<Leader>) {

@@ -7,18 +7,16 @@
 //! pid, site; see `identity` and `nodes::records`). Inspection reads both; the lock path pays about 20 bytes per
 //! hold and one write per call site and server.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
-use crate::algorithm::{evalsha, invoke, Lua};
-use crate::client::Client;
+use crate::algorithm::{evalsha, Lua};
 use crate::error::{Error, Op};
 use crate::identity::{self, Described};
-use crate::key::{name_of, Kind, LockKey};
+use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
-use crate::nodes::records;
+use crate::runtime::Shared;
 use crate::telemetry;
 use crate::token::FencingToken;
 
@@ -89,7 +87,7 @@ pub struct ForcedUnlock {
     pub previous_owner: String,
 }
 
-/// A lock's state; see [`Client::inspect`].
+/// A lock's state; see [`Client::inspect`](crate::Client::inspect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -131,196 +129,116 @@ impl LockInfo {
     }
 }
 
-impl Client {
-    /// Reads who holds a lock, in any mode, in one atomic step: the holder (host, pid, call
-    /// site, when), remaining lease, re-entry count, readers, waiting writers, a semaphore's
-    /// permits and their holders, fencing token and the last forced unlock. Changes nothing. On a quorum client the nodes are read one
-    /// after another and the first that answers with the lock held is reported (they may
-    /// disagree while a quorum forms).
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
-    /// let info = locks.inspect("order:42").await?;
-    /// if let Some(holder) = &info.holder {
-    ///     println!("held by pid {:?} on {:?} since {:?}", holder.pid, holder.host, holder.acquired_at);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, Error> {
-        let key = self.inner().key(name.as_ref())?;
-        let mut first: Option<Result<LockInfo, Error>> = None;
-        for node in &self.inner().nodes.nodes {
-            let mut conn = node.conn.clone();
-            let mut cmd = evalsha(&INSPECT, 5, 5, 5 * key.lock().len() + 48);
-            cmd.arg(key.lock())
-                .arg(key.helper_arg(Kind::Fence))
-                .arg(key.helper_arg(Kind::Forced))
-                .arg(key.helper_arg(Kind::Readers))
-                .arg(key.helper_arg(Kind::Intents));
-            let reply: Result<Value, _> = invoke(&INSPECT, &cmd, &mut conn).await;
-            let mut info = reply
-                .map_err(|e| Error::redis(Op::Inspect, key.name(), e))
-                .and_then(|v| parse_info(&key, v));
-            if let Ok((info, described, permits)) = &mut info {
-                let prefix = &self.inner().prefix;
-                if let (Some(holder), Some(described)) = (&mut info.holder, described) {
-                    (holder.host, holder.pid, holder.site) =
-                        records::look_up(&mut conn, prefix, described).await;
-                }
-                semaphore::look_up(&mut conn, prefix, &mut info.permit_holders, permits).await;
-            }
-            let info = info.map(|(info, ..)| info);
-            if matches!(&info, Ok(i) if i.is_held()) {
-                return info;
-            }
-            if first.as_ref().is_none_or(|f| f.is_err()) {
-                first = Some(info);
-            }
-        }
-        first.unwrap_or_else(|| Err(Error::config("the client has no nodes")))
+/// Reads who holds the lock `name` (see [`Client::inspect`](crate::Client::inspect)): every
+/// node at once, through the nodes layer; the lock as a majority of them reads it (one
+/// holder, or free), or while none does (a quorum forming or coming apart) the first reading
+/// that finds it held; its holders completed from their processes' records.
+pub(crate) async fn read(shared: &Shared, name: &[u8]) -> Result<LockInfo, Error> {
+    let key = shared.key(name)?;
+    let mut cmd = evalsha(&INSPECT, 5, 5, 5 * key.lock().len() + 48);
+    cmd.arg(key.lock())
+        .arg(key.helper_arg(Kind::Fence))
+        .arg(key.helper_arg(Kind::Forced))
+        .arg(key.helper_arg(Kind::Readers))
+        .arg(key.helper_arg(Kind::Intents));
+    let nodes = &shared.nodes;
+    let readings = nodes
+        .read_every(&key, &INSPECT, &cmd, |reply| parse_info(&key, reply))
+        .await?;
+    let alike = |(info, ..): &Parsed| (info.mode, info.holder.as_ref().map(|h| h.owner.clone()));
+    let chosen = match readings.agreed(alike) {
+        Some(agreed) => agreed.answers.first().map(|&(node, _)| node),
+        None => readings
+            .all()
+            .find(|(_, (info, ..))| info.is_held())
+            .map(|&(node, _)| node),
+    };
+    let Some((node, (mut info, described, permits))) =
+        chosen.and_then(|node| Some((node, readings.into_answer(node)?)))
+    else {
+        return Err(Error::config("the client has no nodes"));
+    };
+    let prefix = &shared.prefix;
+    if let (Some(holder), Some(described)) = (&mut info.holder, described) {
+        (holder.host, holder.pid, holder.site) = nodes.look_up(node, prefix, &described).await;
     }
-
-    /// Removes a lock whoever holds it, for an operator clearing a lock whose holder is stuck.
-    /// The `reason` (required, non-empty) is logged as a `warn` event and kept beside the lock
-    /// for a week with who forced it and when ([`LockInfo::last_forced_unlock`]); waiters are
-    /// woken. The holder's next renewal is refused, so its guard reports the lease lost; until
-    /// then it may still act as holder, which is what fencing tokens are for. Returns whether
-    /// a lock was removed. On a quorum client it is removed from every node.
-    pub async fn force_unlock(&self, name: impl AsRef<[u8]>, reason: &str) -> Result<bool, Error> {
-        let key = self.inner().key(name.as_ref())?;
-        let reason = reason.trim();
-        if reason.is_empty() {
-            return Err(Error::config(
-                "force_unlock needs a reason: it is logged and kept beside the lock",
-            ));
-        }
-        let by = identity::process_description();
-        let mut removed = None;
-        let mut last_error = None;
-        for node in &self.inner().nodes.nodes {
-            let mut conn = node.conn.clone();
-            let sharded = if node.conn.sharded() { "s" } else { "" };
-            let mut cmd = evalsha(
-                &FORCE_UNLOCK,
-                4,
-                8,
-                4 * key.lock().len() + reason.len() + 256,
-            );
-            cmd.arg(key.lock())
-                .arg(key.helper_arg(Kind::Forced))
-                .arg(key.helper_arg(Kind::Readers))
-                .arg(key.helper_arg(Kind::Intents))
-                .arg(reason)
-                .arg(&by)
-                .arg(FORCED_RECORD_KEPT.as_millis() as u64)
-                .arg(sharded);
-            let reply: Result<Value, _> = invoke(&FORCE_UNLOCK, &cmd, &mut conn).await;
-            match reply {
-                Ok(Value::Array(items)) => match items.first() {
-                    Some(Value::Int(1)) => {
-                        let mode = items.get(1).and_then(text);
-                        removed = Some(mode);
-                    }
-                    Some(Value::Int(-1)) => {
-                        return Err(Error::WrongType {
-                            name: key.name().to_owned(),
-                            found: items.get(1).and_then(text).unwrap_or_default(),
-                        })
-                    }
-                    _ => {}
-                },
-                Ok(_) => {}
-                Err(e) => last_error = Some(Error::redis(Op::ForceUnlock, key.name(), e)),
-            }
-        }
-        if let Some(mode) = removed {
-            let mode = mode
-                .as_deref()
-                .and_then(LockMode::named)
-                .map(LockMode::as_str);
-            telemetry::forced_unlock(mode, key.name(), reason);
-            return Ok(true);
-        }
-        match last_error {
-            Some(e) => Err(e),
-            None => Ok(false),
-        }
-    }
-
-    /// The names of the locks held now under this client's key prefix (a `SCAN`: fine for an
-    /// operator, not for a hot path), sorted.
-    pub async fn list(&self) -> Result<Vec<String>, Error> {
-        let prefix = self.inner().prefix.clone();
-        let pattern = if prefix.is_empty() {
-            "*".to_owned()
-        } else {
-            format!("{}:*", glob_escape(&prefix))
-        };
-        let mut names = BTreeSet::new();
-        for node in &self.inner().nodes.nodes {
-            let mut conn = node.conn.clone();
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| Error::Redis {
-                        op: Op::Inspect,
-                        name: None,
-                        server: None,
-                        source: e,
-                    })?;
-                let mut pipe = redis::pipe();
-                // Lock keys only: helper keys and records have shapes of their own.
-                let candidates: Vec<(Vec<u8>, String)> = keys
-                    .into_iter()
-                    .filter_map(|k| name_of(&prefix, &k).map(|name| (k, name)))
-                    .collect();
-                for (k, _) in &candidates {
-                    pipe.cmd("PTTL").arg(k);
-                }
-                let ttls: Vec<i64> = if candidates.is_empty() {
-                    Vec::new()
-                } else {
-                    pipe.query_async(&mut conn)
-                        .await
-                        .map_err(|e| Error::Redis {
-                            op: Op::Inspect,
-                            name: None,
-                            server: None,
-                            source: e,
-                        })?
-                };
-                // Locks always expire: a key without expiry is the application's.
-                for ((_, name), ttl) in candidates.into_iter().zip(ttls) {
-                    if ttl > 0 {
-                        names.insert(name);
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-        }
-        Ok(names.into_iter().collect())
-    }
+    semaphore::look_up(nodes, node, prefix, &mut info.permit_holders, &permits).await;
+    Ok(info)
 }
 
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
+/// The names of the locks held now under the client's key prefix (see
+/// [`Client::list`](crate::Client::list)).
+pub(crate) async fn list(shared: &Shared) -> Result<Vec<String>, Error> {
+    shared.nodes.lock_names(&shared.prefix).await
+}
+
+/// Removes the lock `name` whoever holds it, on every node (see
+/// [`Client::force_unlock`](crate::Client::force_unlock)). True when a node had it.
+pub(crate) async fn force_unlock(
+    shared: &Shared,
+    name: &[u8],
+    reason: &str,
+) -> Result<bool, Error> {
+    let key = shared.key(name)?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(Error::config(
+            "force_unlock needs a reason: it is logged and kept beside the lock",
+        ));
     }
-    out
+    let by = identity::process_description();
+    let sharded = if shared.nodes.publishes_sharded() {
+        "s"
+    } else {
+        ""
+    };
+    let mut cmd = evalsha(
+        &FORCE_UNLOCK,
+        4,
+        8,
+        4 * key.lock().len() + reason.len() + 256,
+    );
+    cmd.arg(key.lock())
+        .arg(key.helper_arg(Kind::Forced))
+        .arg(key.helper_arg(Kind::Readers))
+        .arg(key.helper_arg(Kind::Intents))
+        .arg(reason)
+        .arg(&by)
+        .arg(FORCED_RECORD_KEPT.as_millis() as u64)
+        .arg(sharded);
+    let replies = shared
+        .nodes
+        .on_every_node(Op::ForceUnlock, &key, &FORCE_UNLOCK, &cmd, Ok)
+        .await;
+    let (mut removed, mut last_error) = (None, None);
+    for reply in replies {
+        match reply {
+            Ok(Value::Array(items)) => match items.first() {
+                Some(Value::Int(1)) => removed = Some(items.get(1).and_then(text)),
+                Some(Value::Int(-1)) => {
+                    return Err(Error::WrongType {
+                        name: key.name().to_owned(),
+                        found: items.get(1).and_then(text).unwrap_or_default(),
+                    })
+                }
+                _ => {}
+            },
+            Ok(_) => {}
+            Err(e) => last_error = Some(e),
+        }
+    }
+    if let Some(mode) = removed {
+        let mode = mode
+            .as_deref()
+            .and_then(LockMode::named)
+            .map(LockMode::as_str);
+        telemetry::forced_unlock(mode, key.name(), reason);
+        return Ok(true);
+    }
+    match last_error {
+        Some(e) => Err(e),
+        None => Ok(false),
+    }
 }
 
 /// A fencing token as the scripts store it: decimal digits.

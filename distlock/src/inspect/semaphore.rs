@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
-
 use super::{described, Holder, LockInfo};
 use crate::identity::Described;
 use crate::mode::LockMode;
-use crate::nodes::records;
+use crate::nodes::Nodes;
 
 /// One permit of a semaphore, held now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,9 +59,10 @@ pub(super) fn parse(
     Some(descriptions)
 }
 
-/// Completes each permit's holder from its process's record (host, pid, site).
+/// Completes each permit's holder from its process's record on `node` (host, pid, site).
 pub(super) async fn look_up(
-    conn: &mut impl ConnectionLike,
+    nodes: &Nodes,
+    node: usize,
     prefix: &str,
     permits: &mut [Permit],
     descriptions: &[Option<Described>],
@@ -71,7 +70,7 @@ pub(super) async fn look_up(
     for (permit, d) in permits.iter_mut().zip(descriptions) {
         if let Some(d) = d {
             let holder = &mut permit.holder;
-            (holder.host, holder.pid, holder.site) = records::look_up(conn, prefix, d).await;
+            (holder.host, holder.pid, holder.site) = nodes.look_up(node, prefix, d).await;
         }
     }
 }

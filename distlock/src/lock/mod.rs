@@ -6,3 +6,4 @@ mod pending;
 mod request;
 
 pub use request::LockRequest;
+pub(crate) use request::Settings;

@@ -25,20 +25,47 @@ pub struct LockRequest<'c> {
     shared: &'c Arc<Shared>,
     algorithm: &'static Algorithm,
     key: Result<LockKey, Error>,
-    ttl: Duration,
-    wait: Duration,
-    watchdog: bool,
-    renew_every: Option<Duration>,
-    max_hold: Option<Duration>,
-    replicas: Option<Replicas>,
-    min_hold: Option<Duration>,
-    fencing: bool,
-    /// A semaphore's number of permits (`None` for the other modes).
-    permits: Option<u32>,
-    label: Cow<'static, str>,
-    record_name: bool,
-    site: Option<&'static str>,
+    settings: Settings,
     caller: &'static Location<'static>,
+}
+
+/// Every setting of a request, with its default: what the setters of [`LockRequest`] set,
+/// and what a primitive built on a lock (an [`Election`](crate::Election)) keeps between
+/// its requests.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) fencing: bool,
+    /// A semaphore's number of permits (`None` for the other modes).
+    pub(crate) permits: Option<u32>,
+    pub(crate) label: Cow<'static, str>,
+    pub(crate) record_name: bool,
+    pub(crate) site: Option<&'static str>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
+            watchdog: true,
+            renew_every: None,
+            max_hold: None,
+            replicas: None,
+            min_hold: None,
+            fencing: false,
+            permits: None,
+            label: Cow::Borrowed(NO_LABEL),
+            record_name: false,
+            site: None,
+        }
+    }
 }
 
 impl<'c> LockRequest<'c> {
@@ -59,22 +86,22 @@ impl<'c> LockRequest<'c> {
         key: Result<LockKey, Error>,
         caller: &'static Location<'static>,
     ) -> Self {
+        LockRequest::with_settings(shared, algorithm, key, Settings::default(), caller)
+    }
+
+    /// A request for `key` with `settings` made already (an election's).
+    pub(crate) fn with_settings(
+        shared: &'c Arc<Shared>,
+        algorithm: &'static Algorithm,
+        key: Result<LockKey, Error>,
+        settings: Settings,
+        caller: &'static Location<'static>,
+    ) -> Self {
         LockRequest {
             shared,
             algorithm,
             key,
-            ttl: DEFAULT_TTL,
-            wait: DEFAULT_WAIT,
-            watchdog: true,
-            renew_every: None,
-            max_hold: None,
-            replicas: None,
-            min_hold: None,
-            fencing: false,
-            permits: None,
-            label: Cow::Borrowed(NO_LABEL),
-            record_name: false,
-            site: None,
+            settings,
             caller,
         }
     }
@@ -82,7 +109,7 @@ impl<'c> LockRequest<'c> {
     /// A semaphore's request: `permits` holders at most (see
     /// [`Client::semaphore`](crate::Client::semaphore)).
     pub(crate) fn with_permits(mut self, permits: u32) -> Self {
-        self.permits = Some(permits);
+        self.settings.permits = Some(permits);
         self
     }
 
@@ -114,7 +141,7 @@ impl<'c> LockRequest<'c> {
     /// # Ok(()) }
     /// ```
     pub fn min_hold(mut self, min: Duration) -> Self {
-        self.min_hold = Some(min);
+        self.settings.min_hold = Some(min);
         self
     }
 
@@ -136,7 +163,7 @@ impl<'c> LockRequest<'c> {
     /// [`ClientBuilder::local_handoff`](crate::ClientBuilder::local_handoff)): each fenced
     /// acquisition takes the lock from Redis and gets a token of its own.
     pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = on;
+        self.settings.fencing = on;
         self
     }
 
@@ -145,21 +172,21 @@ impl<'c> LockRequest<'c> {
     /// metric label must take few values). The attributes set it to their key template.
     /// Without it, traces and metrics show `-`.
     pub fn label(mut self, label: impl Into<Cow<'static, str>>) -> Self {
-        self.label = label.into();
+        self.settings.label = label.into();
         self
     }
 
     /// Also record the rendered lock name in this lock's trace spans and events (never in
     /// metrics). Off by default: names can carry user data.
     pub fn record_name(mut self, on: bool) -> Self {
-        self.record_name = on;
+        self.settings.record_name = on;
         self
     }
 
     /// The locked fn, for traces (set by the attributes).
     #[doc(hidden)]
     pub fn site(mut self, site: &'static str) -> Self {
-        self.site = Some(site);
+        self.settings.site = Some(site);
         self
     }
 
@@ -167,33 +194,33 @@ impl<'c> LockRequest<'c> {
     /// while held and this only bounds how long a dead holder blocks others; with it off, the
     /// lock ends after this long.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.settings.ttl = ttl;
         self
     }
 
     /// How long [`acquire`](Self::acquire) waits for a busy lock (default 5 s).
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.settings.wait = wait;
         self
     }
 
     /// Renew the lease while the guard is held (default on). Off, the lease simply ends
     /// after its ttl unless [`Guard::extend`] is called.
     pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = on;
+        self.settings.watchdog = on;
         self
     }
 
     /// How often the watchdog renews (default ttl / 3; must be below the ttl).
     pub fn renew_every(mut self, period: Duration) -> Self {
-        self.renew_every = Some(period);
+        self.settings.renew_every = Some(period);
         self
     }
 
     /// Stop renewing after this much total hold time: the lease then runs out and is reported
     /// lost, so a holder stuck in an endless loop cannot keep the lock forever.
     pub fn max_hold(mut self, cap: Duration) -> Self {
-        self.max_hold = Some(cap);
+        self.settings.max_hold = Some(cap);
         self
     }
 
@@ -203,7 +230,7 @@ impl<'c> LockRequest<'c> {
     /// fewer, the acquisition is undone and fails with [`Error::ReplicasNotConfirmed`]. See
     /// [`Replicas`] for what it does and does not promise.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
-        self.replicas = Some(Replicas { count, timeout });
+        self.settings.replicas = Some(Replicas { count, timeout });
         self
     }
 
@@ -213,7 +240,7 @@ impl<'c> LockRequest<'c> {
     /// The future is `Send` and about 2 KB: handlers and services that box their futures
     /// (axum, tower) allocate it with every call.
     pub fn acquire(self) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
-        let wait = self.wait;
+        let wait = self.settings.wait;
         self.run(wait)
     }
 
@@ -227,17 +254,19 @@ impl<'c> LockRequest<'c> {
     // future.
     fn run(mut self, wait: Duration) -> impl Future<Output = Result<Guard, Error>> + Send + 'c {
         let mode = self.algorithm.mode.as_str();
-        let labels = match (&self.key, self.record_name) {
-            (_, false) if self.site.is_none() && self.label == NO_LABEL => Labels::unlabelled(mode),
+        let labels = match (&self.key, self.settings.record_name) {
+            (_, false) if self.settings.site.is_none() && self.settings.label == NO_LABEL => {
+                Labels::unlabelled(mode)
+            }
             (key, record_name) => Arc::new(Labels {
                 mode,
                 // Moved: the labels are where the acquisition keeps it.
-                label: std::mem::take(&mut self.label),
+                label: std::mem::take(&mut self.settings.label),
                 name: match (key, record_name) {
                     (Ok(key), true) => Some(key.name().into()),
                     _ => None,
                 },
-                site: self.site,
+                site: self.settings.site,
             }),
         };
         let span = labels.acquire_span();
@@ -250,19 +279,31 @@ impl<'c> LockRequest<'c> {
 
     /// What the acquire loop takes from the request.
     fn asked(self) -> Asked<'c> {
+        let Settings {
+            ttl,
+            watchdog,
+            renew_every,
+            max_hold,
+            replicas,
+            min_hold,
+            fencing,
+            permits,
+            site,
+            ..
+        } = self.settings;
         Asked {
             shared: self.shared,
             algorithm: self.algorithm,
             key: self.key,
-            ttl: self.ttl,
-            watchdog: self.watchdog,
-            renew_every: self.renew_every,
-            max_hold: self.max_hold,
-            replicas: self.replicas,
-            min_hold: self.min_hold,
-            fencing: self.fencing,
-            permits: self.permits,
-            site: self.site,
+            ttl,
+            watchdog,
+            renew_every,
+            max_hold,
+            replicas,
+            min_hold,
+            fencing,
+            permits,
+            site,
             caller: self.caller,
         }
     }

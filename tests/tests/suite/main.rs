@@ -25,6 +25,7 @@ mod fenced;
 mod fenced_postgres;
 mod grant_time;
 mod handoff;
+mod inspect_nodes;
 mod keys;
 mod leader_loop;
 mod liveness;

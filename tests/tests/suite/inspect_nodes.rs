@@ -1,0 +1,107 @@
+//! Inspection on a quorum reads every node at once, each within the node timeout, and reports
+//! the lock as a majority of the nodes reads it: a node gone silent costs an operator's
+//! `inspect` or `force_unlock` the node timeout, not the connection's response timeout, and a
+//! hold that a minority of nodes keeps (an attempt that lost, a leftover) is not reported as
+//! the holder.
+
+use crate::common;
+
+use std::time::Duration;
+
+use distlock::testing::lock_state;
+use distlock::Client;
+use distlock_testkit::{FaultProxy, RedisServer, RedisServers};
+
+/// Fails the test, naming `what`, if `f` does not finish within 20 s: a call that hangs.
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
+}
+
+/// A quorum client over `urls` whose connections wait two minutes for an answer (so only the
+/// node timeout can end a read of a silent node early), every node voting at once.
+async fn quorum(urls: Vec<String>) -> Client {
+    Client::quorum_builder(urls)
+        .response_timeout(Duration::from_secs(120))
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Writes the lock `name` on `server` as another owner's setnx hold for a minute.
+async fn held_by_another(server: &RedisServer, name: &str, owner: &str) {
+    let mut conn = server.async_connection().await;
+    let _: () = redis::cmd("SET")
+        .arg(common::lock_key(name))
+        .arg(owner)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+}
+
+/// The first node blackholed (connections open, nothing answers): `inspect` reads the other
+/// two and reports the holder, and `force_unlock` removes the lock from them, each within
+/// about the node timeout. (The nodes were read one after another without the node timeout:
+/// both waited on the silent node for the connection's two minutes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_costs_inspection_the_node_timeout_only() {
+    let servers = RedisServers::start(3);
+    let proxy = FaultProxy::start(&servers[0].addr()).expect("fault proxy");
+    let mut urls = servers.urls();
+    urls[0] = proxy.url();
+    let locks = quorum(urls).await;
+    let guard = locks.lock("silent").try_acquire().await.expect("free");
+
+    proxy.blackhole(true);
+    let state = within("inspect", lock_state(&locks, "silent"))
+        .await
+        .expect("a majority answers");
+    assert!(state.is_held_by(&guard), "{:?}", state.info());
+
+    let removed = within("force_unlock", locks.force_unlock("silent", "a test"))
+        .await
+        .expect("a majority answers");
+    assert!(removed);
+    for server in servers.iter().skip(1) {
+        assert_eq!(common::pttl(server, "silent").await, -2, "still on a node");
+    }
+    proxy.blackhole(false);
+    drop(guard);
+}
+
+/// The first node holds the lock for another owner, the other two for this client's guard:
+/// inspection reports the guard's hold, which a majority keeps. (The first node that found it
+/// held was reported: the owner without a majority.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_reports_the_holder_a_majority_keeps() {
+    let servers = RedisServers::start(3);
+    held_by_another(&servers[0], "split", "intruder").await;
+    let locks = quorum(servers.urls()).await;
+    let guard = locks
+        .lock("split")
+        .try_acquire()
+        .await
+        .expect("a majority is free");
+
+    let state = lock_state(&locks, "split").await.expect("inspect");
+    assert!(state.is_held_by(&guard), "{:?}", state.info());
+    guard.release().await.expect("release");
+}
+
+/// A hold left on one node of three, the other two free: the lock is free as the quorum sees
+/// it (anyone can take a majority), and inspection says so. (It reported the leftover.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_on_a_minority_is_not_reported() {
+    let servers = RedisServers::start(3);
+    held_by_another(&servers[0], "leftover", "left-behind").await;
+    let locks = quorum(servers.urls()).await;
+
+    let info = locks.inspect("leftover").await.expect("inspect");
+    assert!(!info.is_held(), "{info:?}");
+    let guard = locks.lock("leftover").try_acquire().await.expect("free");
+    guard.release().await.expect("release");
+}
