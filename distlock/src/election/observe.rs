@@ -21,6 +21,7 @@ use crate::lease;
 use crate::mode::LockMode;
 use crate::notify::Subscription;
 use crate::runtime::Shared;
+use crate::token::FencingToken;
 
 use super::Election;
 
@@ -44,7 +45,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 #[non_exhaustive]
 pub struct Leader {
     /// The leader's term: its [`Leadership::term`](super::Leadership::term).
-    pub term: u64,
+    pub term: FencingToken,
     /// Who leads: its process (tag, host, pid), where it campaigned and since when, as
     /// [`Client::inspect`](crate::Client::inspect) describes a holder.
     pub holder: Holder,
@@ -286,8 +287,8 @@ impl Watcher {
             return Ok(Seen::NOBODY);
         }
         let term = agreed
-            .least(|(info, _)| info.fencing_token.unwrap_or(0))
-            .unwrap_or(0);
+            .least(|(info, _)| info.fencing_token.unwrap_or(FencingToken::new(0)))
+            .unwrap_or(FencingToken::new(0));
         let remaining = agreed.least(|(info, _)| info.remaining.unwrap_or_default());
         let Some((info, described)) = readings.into_answer(node) else {
             return Ok(Seen::NOBODY);
@@ -344,7 +345,7 @@ mod tests {
 
     fn leader(term: u64, owner: &str) -> Option<Leader> {
         Some(Leader {
-            term,
+            term: FencingToken::new(term),
             holder: Holder {
                 owner: owner.into(),
                 ..Holder::default()
