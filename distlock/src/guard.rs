@@ -70,6 +70,7 @@ impl Guard {
             registration,
             tenure,
         } = parts;
+        lease.native.decided(min_hold.is_some());
         Guard {
             shared: shared.clone(),
             hold,
@@ -156,6 +157,8 @@ impl Guard {
         if !self.is_held() {
             return Err(self.lost_error());
         }
+        // Before it is sent: a native renewal must not cut a longer lease back.
+        self.lease.native.asking(ttl_ms);
         let sent = Instant::now();
         let hold = &self.hold;
         let remaining = hold

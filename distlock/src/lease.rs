@@ -15,6 +15,9 @@ use crate::error::Error;
 use crate::sync::lock;
 use crate::telemetry::Labels;
 
+mod native;
+pub(crate) use native::NativeRenewal;
+
 /// Shortest accepted ttl. Below this the clock-drift allowance (2 ms) eats the lease.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// Longest accepted ttl. A lock held for longer is almost always a holder that died; keep
@@ -126,6 +129,8 @@ pub(crate) struct LeaseState {
     changed: Notify,
     /// Who holds it, for the lease-lost event.
     pub(crate) labels: Arc<Labels>,
+    /// Whether the watchdog may renew it with the server's native command (setnx).
+    pub(crate) native: NativeRenewal,
 }
 
 impl LeaseState {
@@ -139,6 +144,7 @@ impl LeaseState {
             revoked: AtomicBool::new(false),
             changed: Notify::new(),
             labels,
+            native: NativeRenewal::new(ttl),
         }
     }
 
@@ -198,6 +204,7 @@ impl LeaseState {
             return false;
         }
         if sent >= valid.1 {
+            let remaining = self.native.trusted(remaining);
             *valid = (boot_deadline(sent, remaining), sent);
         }
         true

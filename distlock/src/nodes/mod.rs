@@ -25,6 +25,7 @@
 //! it out of quorums for a while, but run Redis with `appendfsync always` where fencing
 //! matters).
 
+mod commands;
 mod every;
 mod eviction;
 mod groups;

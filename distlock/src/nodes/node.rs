@@ -12,6 +12,7 @@ use crate::conn::sentinel::SentinelSettings;
 use crate::conn::{within, Conn, Link, PushSink, SentinelConn};
 use crate::error::{Error, Op};
 
+use super::commands::NativeCommands;
 use super::eviction::EvictionCheck;
 use super::health::{server_info, spawn_monitor, Health};
 
@@ -42,6 +43,9 @@ pub(crate) struct Node {
     pub(crate) quirks: ServerQuirks,
     /// Whether the server may evict keys, read again after every reconnection.
     pub(crate) eviction: Arc<EvictionCheck>,
+    /// Which native conditional commands the server has, read again after every
+    /// reconnection.
+    pub(crate) native: Arc<NativeCommands>,
     health: Arc<Health>,
     /// The task that re-reads the run_id after a disconnection; stopped with the node.
     monitor: Option<tokio::task::AbortHandle>,
@@ -73,15 +77,18 @@ impl Node {
         let client = open_client(info, settings).map_err(bad_url)?;
         let health = Arc::new(Health::default());
         let eviction = Arc::new(EvictionCheck::new(&addr, settings.allow_eviction));
+        let native = Arc::new(NativeCommands::new());
         // The push handler lives inside the connection, so it must not own the connection
         // (a cycle would leak it): it only flags the node and wakes the monitor task.
         let (recheck, rechecks) = mpsc::unbounded_channel::<()>();
         let on_push: PushSink = {
             let (health, guarded) = (health.clone(), settings.restart_guard.is_some());
             let (recheck, eviction) = (recheck.clone(), eviction.clone());
+            let native = native.clone();
             Arc::new(move |push: PushInfo| {
                 if push.kind == PushKind::Disconnection {
                     eviction.reconnected();
+                    native.reconnected();
                     if guarded {
                         health.suspect();
                         let _ = recheck.send(());
@@ -97,8 +104,10 @@ impl Node {
         let reopened: Option<Arc<dyn Fn() + Send + Sync>> = {
             let (health, recheck) = (health.clone(), recheck.clone());
             let (guarded, eviction) = (settings.restart_guard.is_some(), eviction.clone());
+            let native = native.clone();
             Some(Arc::new(move || {
                 eviction.reconnected();
+                native.reconnected();
                 if guarded {
                     health.suspect();
                     let _ = recheck.send(());
@@ -155,6 +164,7 @@ impl Node {
             // Refused at once rather than at the first lock: a misconfigured server is found
             // when the service starts.
             eviction.check(&mut conn.clone()).await?;
+            native.has_set_ifeq(&conn).await;
         }
         let monitor = match settings.restart_guard {
             None => None,
@@ -180,6 +190,7 @@ impl Node {
             addr,
             quirks: ServerQuirks::default(),
             eviction,
+            native,
             health,
             monitor,
         };
@@ -236,6 +247,7 @@ impl Node {
             addr,
             quirks: ServerQuirks::default(),
             eviction,
+            native: Arc::new(NativeCommands::scripts_only()),
             health: Arc::new(Health::default()),
             monitor: None,
         })
@@ -276,12 +288,15 @@ impl Node {
             response_timeout: settings.response_timeout,
         };
         let eviction = Arc::new(EvictionCheck::new(&addr, settings.allow_eviction));
-        // A new master, or the same one after a reconnection: its policy is read again.
+        let native = Arc::new(NativeCommands::new());
+        // A new master, or the same one after a reconnection: its policy and its commands are
+        // read again.
         let sink: PushSink = {
-            let eviction = eviction.clone();
+            let (eviction, native) = (eviction.clone(), native.clone());
             Arc::new(move |push: PushInfo| {
                 if push.kind == PushKind::Disconnection {
                     eviction.reconnected();
+                    native.reconnected();
                 }
                 sink(push);
             })
@@ -291,12 +306,14 @@ impl Node {
             .map_err(|e| connect_error(&addr, e))?;
         let mut conn = Conn::Sentinel(conn);
         eviction.check(&mut conn).await?;
+        native.has_set_ifeq(&conn).await;
         Ok(Node {
             conn,
             lanes: Vec::new(),
             addr,
             quirks: ServerQuirks::default(),
             eviction,
+            native,
             health: Arc::new(Health::default()),
             monitor: Some(monitor),
         })

@@ -9,8 +9,11 @@ use std::sync::LazyLock;
 use crate::algorithm::{Algorithm, OwnerKind};
 use crate::mode::LockMode;
 
+mod native;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use native::{native_answer, native_extend_cmd, renews_natively, NativeAnswer};
 
 /// The exclusive, non-reentrant lock.
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {

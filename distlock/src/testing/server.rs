@@ -271,6 +271,13 @@ impl TestServer {
         self.wait_ready(false).await
     }
 
+    /// Runs `binary` from the next [`restart`](Self::restart) on: another server on the same
+    /// port, as an upgrade, a downgrade or a failover to a server of another version looks to
+    /// a client.
+    pub fn set_binary(&mut self, binary: impl Into<PathBuf>) {
+        self.binary = binary.into();
+    }
+
     /// [`restart`](Self::restart) without an async runtime.
     pub fn restart_blocking(&mut self) -> Result<(), ServerError> {
         self.kill();

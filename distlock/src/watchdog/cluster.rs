@@ -54,7 +54,7 @@ pub(super) async fn renew(
     let misrouted = &misrouted;
     let per_group = groups.into_iter().map(|(target, indices)| async move {
         let sent = pipeline_with_scripts(&indices, |indices, with_source| {
-            let pipe = renewals(chunk, &indices, with_source);
+            let pipe = renewals(chunk, &indices, with_source, &[]);
             let mut conn = conn.clone();
             let target = &target;
             async move {

@@ -41,6 +41,7 @@ use crate::conn::SlotOwners;
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::nodes::Nodes;
+use crate::setnx::native_extend_cmd;
 use crate::sync::lock;
 use table::Table;
 
@@ -188,6 +189,8 @@ struct Due {
     key: LockKey,
     hold: HoldId,
     ttl_ms: u64,
+    /// Whether it may go as the server's native command (see `lease::native`).
+    lease: Arc<LeaseState>,
 }
 
 /// What one node said to a chunk: per lease, renewed (with the lease it now holds) or refused
@@ -248,12 +251,25 @@ fn answer(value: redis::Value) -> Option<Option<Duration>> {
     }
 }
 
-/// The renewals of `chunk` at `indices`, as one pipeline. `with_source`: each as `EVAL` with
-/// the script's source, for a server that answered `NOSCRIPT` (see `algorithm::script`).
-fn renewals(chunk: &[Due], indices: &[usize], with_source: bool) -> redis::Pipeline {
+/// The renewals of `chunk` at `indices`, as one pipeline: as the server's native command
+/// where `native[i]` says so (see `setnx::native_extend_cmd`), else the extend script;
+/// `with_source`: each script as `EVAL` with its source, for a server that answered
+/// `NOSCRIPT` (see `algorithm::script`).
+fn renewals(
+    chunk: &[Due],
+    indices: &[usize],
+    with_source: bool,
+    native: &[bool],
+) -> redis::Pipeline {
     let mut pipe = redis::Pipeline::with_capacity(indices.len());
     for &i in indices {
         let d = &chunk[i];
+        if native.get(i).copied().unwrap_or(false) {
+            if let Some(cmd) = native_extend_cmd(d.algorithm, &d.key, &d.hold, d.ttl_ms) {
+                pipe.add_command(cmd);
+                continue;
+            }
+        }
         let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
         pipe.add_command(if with_source {
             with_body(&d.algorithm.extend, &cmd)

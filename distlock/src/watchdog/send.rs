@@ -10,6 +10,7 @@ use super::{answer, cluster, renewals, Due, NodeReplies, Shared};
 use crate::algorithm::pipeline_with_scripts;
 use crate::conn::Conn;
 use crate::nodes::{Node, Nodes};
+use crate::setnx::{native_answer, renews_natively, NativeAnswer};
 
 /// How soon a node whose renewals failed (a timeout, the connection down) is asked again.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -82,29 +83,79 @@ async fn send(shared: &Shared, node: &Node, chunk: Vec<Due>) -> (Vec<Due>, Insta
 }
 
 /// Renews `chunk` on one node: one pipeline (a second for renewals whose script the server
-/// lacks: `algorithm::pipeline_with_scripts`).
+/// lacks: `algorithm::pipeline_with_scripts`). Setnx leases go as the server's native
+/// `SET .. IFEQ` where the node has it and the lease allows it (see `lease::native`); those a
+/// server refuses as unknown are sent again as the script.
 async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
     if let Conn::Cluster(_) = node.conn {
         let (replies, pipelines) = cluster::renew(&node.conn, chunk, &shared.slot_owners).await;
         shared.round_trips.fetch_add(pipelines, Ordering::Relaxed);
         return replies;
     }
+    let native: Vec<bool> = if node.native.has_set_ifeq(&node.conn).await {
+        chunk
+            .iter()
+            .map(|d| renews_natively(d.algorithm, &d.key) && d.lease.native.begin())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let all: Vec<usize> = (0..chunk.len()).collect();
-    let sent = pipeline_with_scripts(&all, |indices, with_source| {
+    let Some(values) = send_pipelines(shared, node, chunk, &all, &native).await else {
+        return vec![None; chunk.len()];
+    };
+    let mut replies: NodeReplies = Vec::with_capacity(chunk.len());
+    let mut unsupported = Vec::new();
+    for (i, value) in values.into_iter().enumerate() {
+        if !native.get(i).copied().unwrap_or(false) {
+            replies.push(answer(value));
+            continue;
+        }
+        // Answered: it ran (or was refused) before anything sent after it.
+        chunk[i].lease.native.end();
+        replies.push(match native_answer(&value, chunk[i].ttl_ms) {
+            NativeAnswer::Renewed(lease) => Some(Some(lease)),
+            NativeAnswer::Refused => Some(None),
+            NativeAnswer::Failed => None,
+            NativeAnswer::Unsupported => {
+                unsupported.push(i);
+                None
+            }
+        });
+    }
+    if !unsupported.is_empty() {
+        // Another server behind the address (a failover, a restart): scripts until it is
+        // read again.
+        node.native.lacking();
+        if let Some(values) = send_pipelines(shared, node, chunk, &unsupported, &[]).await {
+            for (&i, value) in unsupported.iter().zip(values) {
+                replies[i] = answer(value);
+            }
+        }
+    }
+    replies.resize(chunk.len(), None);
+    replies
+}
+
+/// Sends the renewals of `chunk` at `indices` as one pipeline, then those answered
+/// `NOSCRIPT` again with the source; `None` when the first pipeline failed.
+async fn send_pipelines(
+    shared: &Shared,
+    node: &Node,
+    chunk: &[Due],
+    indices: &[usize],
+    native: &[bool],
+) -> Option<Vec<Value>> {
+    pipeline_with_scripts(indices, |indices, with_source| {
         let mut conn = node.conn.clone();
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
         async move {
-            renewals(chunk, &indices, with_source)
+            renewals(chunk, &indices, with_source, native)
                 .ignore_errors()
                 .query_async::<Vec<Value>>(&mut conn)
                 .await
         }
     })
-    .await;
-    let Ok(values) = sent else {
-        return vec![None; chunk.len()];
-    };
-    let mut replies: NodeReplies = values.into_iter().map(answer).collect();
-    replies.resize(chunk.len(), None);
-    replies
+    .await
+    .ok()
 }

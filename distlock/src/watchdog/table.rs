@@ -247,6 +247,7 @@ impl Table {
                 key: e.watch.key.clone(),
                 hold: e.watch.id.clone(),
                 ttl_ms: e.watch.ttl_ms,
+                lease: e.watch.lease.clone(),
             });
         }
         chunk
@@ -274,7 +275,7 @@ impl Table {
             on.failing = reply.is_none();
             match reply {
                 Some(Some(lease)) if on.proof.is_none_or(|(at, _)| at <= sent) => {
-                    on.proof = Some((sent, lease));
+                    on.proof = Some((sent, e.watch.lease.native.trusted(lease)));
                 }
                 Some(Some(_)) | None => {}
                 Some(None) => on.refused = true,

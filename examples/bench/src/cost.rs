@@ -16,7 +16,7 @@ use distlock_testkit::own_cpu_time;
 
 use crate::memory::allocations;
 use crate::report::{row, Fmt, RowSpec};
-use crate::scenarios::{lock_commands, Metrics};
+use crate::scenarios::Metrics;
 
 /// Back-to-back reading pairs of the calibration; the median is kept.
 const CALIBRATION_PAIRS: usize = 9;
@@ -249,6 +249,17 @@ impl Ledger {
             self.costs[i].per_cycle(cycles, metrics);
         }
     }
+}
+
+/// Commands the server executed between two `INFO commandstats` snapshots, without the
+/// snapshots' own (`INFO`, and `CLIENT SETINFO` from the kit's fresh connection). Calls made
+/// inside Lua scripts count: Redis counts them like any other command.
+pub fn lock_commands(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "client|setinfo"))
+        .map(|(name, calls)| calls - before.get(name).copied().unwrap_or(0))
+        .sum()
 }
 
 /// The cost rows of `scenario` (S1 or S2).

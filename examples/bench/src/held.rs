@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::{cpu_time, own_cpu_time, RedisServer};
 
 use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
-use crate::scenarios::{Metrics, S6_TTL, WAIT};
+use crate::scenarios::{Metrics, S6_LOCKS, S6_TTL, WAIT};
 
 /// Locks held in S6b and in S6q, and S6q's nodes.
 pub const S6B_LOCKS: usize = 100_000;
@@ -52,10 +52,14 @@ pub async fn hold_many(
     let acquire_s = started.elapsed().as_secs_f64();
 
     let server_cpu = || servers.iter().map(|s| cpu_time(s.pid())).sum::<Duration>();
+    // A renewal is one EVALSHA, or one SET where the server has `SET .. IFEQ`.
     let evalshas = || {
         servers
             .iter()
-            .map(|s| calls(&s.commandstats(), "evalsha"))
+            .map(|s| {
+                let stats = s.commandstats();
+                calls(&stats, "evalsha") + calls(&stats, "set")
+            })
             .sum::<u64>()
     };
     let (trips_before, evalsha_before) = (client.renewal_round_trips(), evalshas());
@@ -68,7 +72,7 @@ pub async fn hold_many(
         server_cpu() - server_cpu_before,
     );
     let trips = (client.renewal_round_trips() - trips_before) as f64;
-    // Nothing but renewals reaches the servers in the window: one EVALSHA each, per node.
+    // Nothing but renewals reaches the servers in the window: one command each, per node.
     let renewals = (evalshas() - evalsha_before) as f64;
     let held = guards.iter().filter(|g| g.is_held()).count();
 
@@ -113,6 +117,10 @@ pub async fn hold_many(
         (
             "server_cpu_pct",
             100.0 * servers_cpu.as_secs_f64() / elapsed,
+        ),
+        (
+            "server_cpu_us_per_renewal",
+            1e6 * servers_cpu.as_secs_f64() / renewals.max(1.0),
         ),
     ]))
 }
@@ -203,6 +211,12 @@ pub const ROWS: &[RowSpec] = &[
     ),
     row(
         "S6b",
+        "redis-server CPU µs / renewal",
+        "server_cpu_us_per_renewal",
+        Fmt::Ratio,
+    ),
+    row(
+        "S6b",
         "time to take the 100,000 locks, s",
         "acquire_s",
         Fmt::Ratio,
@@ -285,5 +299,16 @@ pub const TARGETS: &[TargetSpec] = &[
 ];
 
 pub const DEFINITIONS: &[&str] = &[
-    "S6b/S6q: S6 at scale: 100,000 locks on the single node (S6b) and 20,000 on a 3-node quorum (S6q: `Client::quorum_builder` on the first 3 of S4's 5 nodes, `restart_delay(0)`), taken from 50 tasks by a fresh `Client`, ttl 3 s, watchdog at its default period (1 s), held for the window, every guard checked with `Guard::is_held` (the fewest held in any round is shown), then released (a release refused as not the owner, its lease lost, is counted; the most in any round is shown). Round trips: `Client::renewal_round_trips()` over the window (renewal pipelines, every node's); renewals: EVALSHA calls of all the scenario's servers over the window; client CPU: getrusage(RUSAGE_SELF) user+sys over the window, also per held lock per second (µs of CPU); redis-server CPU: the servers' utime+stime summed, % of one core.",
+    "S6b/S6q: S6 at scale: 100,000 locks on the single node (S6b) and 20,000 on a 3-node quorum (S6q: `Client::quorum_builder` on the first 3 of S4's 5 nodes, `restart_delay(0)`), taken from 50 tasks by a fresh `Client`, ttl 3 s, watchdog at its default period (1 s), held for the window, every guard checked with `Guard::is_held` (the fewest held in any round is shown), then released (a release refused as not the owner, its lease lost, is counted; the most in any round is shown). Round trips: `Client::renewal_round_trips()` over the window (renewal pipelines, every node's); renewals: EVALSHA calls (SET calls where the server renews natively: Valkey 8.1+) of all the scenario's servers over the window, and the servers' CPU per renewal; client CPU: getrusage(RUSAGE_SELF) user+sys over the window, also per held lock per second (µs of CPU); redis-server CPU: the servers' utime+stime summed, % of one core.",
 ];
+
+/// S6: one fresh distlock `Client` takes `S6_LOCKS` distinct locks and holds them for
+/// `window` under the watchdog (see `held`, which S6b and S6q share).
+pub async fn held_locks(
+    server: &RedisServer,
+    key: &str,
+    window: Duration,
+) -> Result<Metrics, String> {
+    let client = client(&[server]).await?;
+    hold_many(&client, &[server], key, S6_LOCKS, window).await
+}

@@ -27,8 +27,10 @@ use distlock_testkit::RedisServer;
 
 use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::{Column, Kind, FENCED_ONLY};
+use crate::contended::Occupancy;
+use crate::cost::lock_commands;
 use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
-use crate::scenarios::{Metrics, Occupancy};
+use crate::scenarios::Metrics;
 
 /// The hidden first arguments that turn the binary into the herd's holder, and into a
 /// process of waiters.
@@ -172,7 +174,7 @@ pub async fn run(
     let before = server.commandstats();
     let released = holder.release().await?;
     let served = waiters.served(cap(kind)).await?;
-    let commands = crate::scenarios::lock_commands(&before, &server.commandstats());
+    let commands = lock_commands(&before, &server.commandstats());
     let max_inside = LOCAL.max_inside.load(Ordering::SeqCst);
     figures(&mut metrics, ONE, &served, released, commands, max_inside)?;
     // Over child processes.
@@ -234,7 +236,7 @@ async fn processes(
             serde_json::from_str(&line).map_err(|e| format!("waiters said `{line}`: {e}"))?;
         served.extend(theirs);
     }
-    let commands = crate::scenarios::lock_commands(&before, &server.commandstats());
+    let commands = lock_commands(&before, &server.commandstats());
     Ok((served, released, commands))
 }
 

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use distlock_testkit::RedisServer;
 
 use crate::columns::{BoxFut, Held, Kind, Release, FENCED_ONLY, TTL};
+use crate::cost::lock_commands;
 use crate::report::{absolute, row, Fmt, Results, RowSpec, Source, TargetSpec};
-use crate::scenarios::{lock_commands, Metrics, Scenario, TurnOrder, WAIT};
+use crate::scenarios::{Metrics, Scenario, TurnOrder, WAIT};
 
 /// Tasks on the one name, and the holds.
 pub const TASKS: usize = 8;

@@ -18,7 +18,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::columns::Kind;
-use crate::scenarios::{self, Metrics, Occupancy, S3X_PROCESSES, S3X_TASKS, S3_HOLD};
+use crate::contended::{self, Occupancy};
+use crate::scenarios::{Metrics, S3X_PROCESSES, S3X_TASKS, S3_HOLD};
 
 /// The hidden first argument that turns the binary into an S3x child.
 pub const CHILD_FLAG: &str = "--s3x-child";
@@ -81,7 +82,7 @@ fn run_child(args: &[String]) -> Result<(), String> {
         if read == 0 {
             return Err("the parent closed stdin before `go`".to_owned());
         }
-        let run = scenarios::contended(
+        let run = contended::contended(
             &column,
             key,
             S3X_TASKS,

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::columns::{BoxFut, Held, Kind, Release, FENCED_ONLY, TTL};
+use crate::contended::Occupancy;
 use crate::report::{absolute, row, versus_limit, Better, Fmt, RowSpec, Source, TargetSpec};
-use crate::scenarios::{Metrics, Occupancy, TurnOrder, S2_SLICE, WAIT};
+use crate::scenarios::{Metrics, TurnOrder, S2_SLICE, WAIT};
 
 /// Tasks contending for the permits, and the permits.
 pub const SEM_TASKS: usize = 16;

@@ -108,6 +108,8 @@ pub struct PostgresServer {
     port: u16,
     child: Option<Child>,
     pid: u32,
+    /// `name=value` settings given to the server as `-c` (see [`try_start_with`](Self::try_start_with)).
+    settings: Vec<String>,
     // Declared last: the directory must outlive the process writing into it.
     dir: tempfile::TempDir,
 }
@@ -124,6 +126,13 @@ impl PostgresServer {
 
     /// Like [`start`](Self::start) but returns the failure instead of panicking.
     pub fn try_start() -> Result<Self, String> {
+        Self::try_start_with(&[])
+    }
+
+    /// Like [`try_start`](Self::try_start), with server settings of the caller's as
+    /// `name=value` (each passed as `-c`), e.g. `shared_preload_libraries=pg_stat_statements`
+    /// for a benchmark that counts the statements it runs.
+    pub fn try_start_with(settings: &[&str]) -> Result<Self, String> {
         let bindir = ensure_postgres_available()?;
         let owner = server_user()?;
         let dir = tempfile::Builder::new()
@@ -138,6 +147,7 @@ impl PostgresServer {
             port: 0,
             child: None,
             pid: 0,
+            settings: settings.iter().map(|s| (*s).to_owned()).collect(),
             dir,
         };
         server.initdb(&bindir, owner.as_ref())?;
@@ -249,6 +259,9 @@ impl PostgresServer {
             .arg(self.dir.path())
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off", "-c", "logging_collector=off"]);
+        for setting in &self.settings {
+            command.arg("-c").arg(setting);
+        }
         // Never outlives the test process, as the Redis servers do.
         let child = distlock::testing::spawn_process(command)
             .map_err(|e| format!("spawning {}: {e}", bindir.join("postgres").display()))?;

@@ -34,6 +34,7 @@ const MAX_PORT: u16 = u16::MAX - 10_000;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct RedisServerBuilder {
+    binary: Option<PathBuf>,
     config_file: Option<PathBuf>,
     args: Vec<String>,
     tls: Option<TlsFiles>,
@@ -52,6 +53,13 @@ impl RedisServerBuilder {
     /// Extra arguments come after the kit's defaults, so they override them.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Runs this executable instead of the one `DISTLOCK_REDIS_SERVER` or `PATH` names (a
+    /// server of another version beside the others).
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
         self
     }
 
@@ -94,7 +102,10 @@ impl RedisServerBuilder {
 
     /// Like [`start`](Self::start) but returns the failure instead of panicking.
     pub fn try_start(&self) -> Result<RedisServer, String> {
-        let binary = ensure_redis_available()?;
+        let binary = match &self.binary {
+            Some(binary) => binary.clone(),
+            None => ensure_redis_available()?,
+        };
         let tls_port = match &self.tls {
             Some(_) => Some(free_ports(1)?[0]),
             None => None,
@@ -291,6 +302,17 @@ impl RedisServer {
     /// If the server is still running or does not come back.
     pub fn restart(&mut self) {
         self.try_restart().unwrap_or_else(|msg| panic!("{msg}"));
+    }
+
+    /// Kills the server and starts `binary` on the same port, empty: another server behind
+    /// the address, as after an upgrade or a failover to a server of another version.
+    ///
+    /// # Panics
+    /// If it does not come up.
+    pub fn restart_as(&mut self, binary: impl Into<PathBuf>) {
+        self.kill();
+        self.inner.set_binary(binary);
+        self.restart();
     }
 
     /// Like [`restart`](Self::restart) but returns the failure instead of panicking.

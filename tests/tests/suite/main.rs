@@ -32,6 +32,7 @@ mod liveness;
 mod macros;
 mod many;
 mod model;
+mod native;
 mod redlock;
 mod reentrant;
 mod rwlock;

@@ -121,6 +121,7 @@ impl Results {
             .chain(crate::herd::DEFINITIONS)
             .chain(crate::memory::DEFINITIONS)
             .chain(crate::rwmix::DEFINITIONS)
+            .chain(crate::fenced_writes::DEFINITIONS)
             .chain(crate::cost::DEFINITIONS)
         {
             let _ = writeln!(s, "- {line}");
@@ -142,6 +143,12 @@ impl Results {
         if m.scenarios.contains(&"S12") {
             let _ = writeln!(s, "\n## Columns in S12 (read/write lock)\n");
             for note in Kind::ALL.iter().filter_map(|&k| crate::rwmix::note(k)) {
+                let _ = writeln!(s, "- {note}");
+            }
+        }
+        if m.scenarios.contains(&"S13") {
+            let _ = writeln!(s, "\n## Columns in S13 (fenced writes)\n");
+            for note in crate::fenced_writes::NOTES {
                 let _ = writeln!(s, "- {note}");
             }
         }
@@ -268,6 +275,7 @@ fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
         .chain(crate::herd::ROWS)
         .chain(crate::memory::ROWS)
         .chain(crate::rwmix::ROWS)
+        .chain(crate::fenced_writes::rows())
 }
 
 const ROWS: &[RowSpec] = &[
@@ -419,6 +427,12 @@ const ROWS: &[RowSpec] = &[
         "redis-server CPU, % of one core",
         "server_cpu_pct",
         Fmt::Percent,
+    ),
+    row(
+        "S6",
+        "redis-server CPU µs / renewal",
+        "server_cpu_us_per_renewal",
+        Fmt::Ratio,
     ),
     row(
         "S6",

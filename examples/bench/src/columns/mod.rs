@@ -1,40 +1,37 @@
 //! The contenders. Every column takes and gives back a lock through the same two calls, so
 //! the scenarios never know whose lock they drive. Adding a column (e.g. a new distlock mode)
-//! is one `Kind` variant, its arms in `name`/`note`/`connect`, and a small `Column` impl.
+//! is one `Kind` variant, its arms in `name`/`note`/`connect`, and a small `Column` impl in a
+//! file of its own (one per column: `distlock`, `rslock`, `redlock`, `dl_redis`, `limit`).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod distlock;
+mod dl_redis;
+mod limit;
+mod redlock;
+mod rslock;
+
+use distlock::Distlock;
+pub use dl_redis::dl_redis_provider;
+use dl_redis::DlRedis;
+use limit::{Limit, LimitQuorum};
+use redlock::Redlock;
+use rslock::Rslock;
 
 /// Lease of every lock in every scenario: long enough that nothing expires mid-round.
 pub const TTL: Duration = Duration::from_secs(10);
-
-/// `distributed-lock-redis` on `urls` (one node, or a quorum's), set up as every scenario runs
-/// it: the bench's ttl, valid for 90 % of it, extended every third.
-pub async fn dl_redis_provider(
-    urls: &[impl AsRef<str>],
-) -> Result<distributed_lock_redis::RedisLockProvider, String> {
-    distributed_lock_redis::RedisLockProvider::builder()
-        .urls(urls)
-        .expiry(TTL)
-        .min_validity(TTL * 9 / 10)
-        .extension_cadence(TTL / 3)
-        .build()
-        .await
-        .map_err(|e| format!("connect failed: {e}"))
-}
 
 /// The peers' retry delay. Their default (200 ms) would leave them idle most of a contended
 /// round; 2 ms is distlock's first pause. Both peers draw a uniform delay from [0, this).
 const PEER_RETRY_DELAY_MS: u32 = 2;
 /// The peers' retries per `lock()` call (their default).
 const PEER_RETRY_COUNT: u32 = 3;
-/// How often `limit` polls a busy lock: the floor any smarter waiting is measured against.
-const LIMIT_POLL: Duration = Duration::from_millis(1);
 
 /// Why `distlock fenced` has no figure in a scenario.
-pub const FENCED_ONLY: &str = "fencing's cost is measured in S1, S2 and S4 only";
+pub const FENCED_ONLY: &str = "fencing's cost is measured in S1, S2, S4 and S13 only";
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -56,7 +53,7 @@ pub enum Kind {
     /// distlock's `setnx` mode (`Client::lock`).
     Distlock,
     /// The same with a fencing token minted on every acquisition (`LockRequest::fencing`):
-    /// what fencing costs. Run in S1, S2 and S4 only.
+    /// what fencing costs. Run in S1, S2 and S4 (and S13, the fenced writes) only.
     DistlockFenced,
     Rslock,
     Redlock,
@@ -120,7 +117,7 @@ impl Kind {
                 "distlock fenced: the distlock column with `.fencing(true)` on every request, so each \
                  acquisition also mints a fencing token (the acquire script: `SET NX PX` + `INCR` of the \
                  lock's counter, where distlock without fencing sends one plain `SET .. NX PX .. GET`). \
-                 Run in S1, S2 and S4 only: it shows what fencing costs, and no target applies to it."
+                 Run in S1, S2 and S4 only (and S13, where it is the fenced writes): it shows what fencing costs, and no target applies to it."
             }
             Kind::Distlock => {
                 "distlock setnx mode (this workspace): one `Client` (`Client::connect(url)`, or in S4 \
@@ -198,7 +195,7 @@ impl Kind {
                 let client = if quorum {
                     // The nodes were just started; the restart guard would refuse them for its
                     // 30 s delay (see the note above).
-                    distlock::Client::quorum_builder(urls)
+                    ::distlock::Client::quorum_builder(urls)
                         .restart_delay(Duration::ZERO)
                         .connect()
                         .await
@@ -208,8 +205,8 @@ impl Kind {
                     let connections = std::env::var("DISTLOCK_BENCH_CONNECTIONS")
                         .ok()
                         .and_then(|n| n.parse().ok())
-                        .unwrap_or(distlock::DEFAULT_CONNECTIONS);
-                    distlock::Client::builder(&urls[0])
+                        .unwrap_or(::distlock::DEFAULT_CONNECTIONS);
+                    ::distlock::Client::builder(&urls[0])
                         .connections(connections)
                         .connect()
                         .await
@@ -220,7 +217,7 @@ impl Kind {
                 })
             }
             Kind::Rslock => {
-                let mut manager = rslock::LockManager::new(urls.to_vec());
+                let mut manager = ::rslock::LockManager::new(urls.to_vec());
                 manager.set_retry(
                     PEER_RETRY_COUNT,
                     Duration::from_millis(PEER_RETRY_DELAY_MS.into()),
@@ -228,7 +225,7 @@ impl Kind {
                 Arc::new(Rslock(manager))
             }
             Kind::Redlock => {
-                let mut redlock = redlock::RedLock::new(urls.to_vec());
+                let mut redlock = ::redlock::RedLock::new(urls.to_vec());
                 redlock.set_retry(PEER_RETRY_COUNT, PEER_RETRY_DELAY_MS);
                 Arc::new(Redlock(Arc::new(redlock)))
             }
@@ -289,7 +286,7 @@ impl Kind {
         let failed = |e: &dyn std::fmt::Display| format!("connect failed: {e}");
         Ok(match self {
             Kind::Distlock => Arc::new(Distlock {
-                client: distlock::Client::cluster(urls)
+                client: ::distlock::Client::cluster(urls)
                     .await
                     .map_err(|e| failed(&e))?,
                 fencing: false,
@@ -297,7 +294,7 @@ impl Kind {
             Kind::DistlockFenced => return Err(FENCED_ONLY.to_owned()),
             Kind::Rslock => {
                 let mut manager =
-                    rslock::LockManager::new_cluster(urls.to_vec()).map_err(|e| failed(&e))?;
+                    ::rslock::LockManager::new_cluster(urls.to_vec()).map_err(|e| failed(&e))?;
                 manager.set_retry(
                     PEER_RETRY_COUNT,
                     Duration::from_millis(PEER_RETRY_DELAY_MS.into()),
@@ -340,363 +337,4 @@ impl Kind {
 
 fn timed_out(key: &str, wait: Duration) -> String {
     format!("`{key}` still busy after {wait:?}")
-}
-
-struct Distlock {
-    client: distlock::Client,
-    /// Mint a fencing token with every acquisition (`distlock fenced`).
-    fencing: bool,
-}
-
-impl Column for Distlock {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        Box::pin(async move {
-            let request = self.client.lock(key).ttl(TTL).wait(wait);
-            let guard = request.fencing(self.fencing).acquire().await;
-            guard
-                .map(|g| Box::new(g) as Held)
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
-impl Release for distlock::Guard {
-    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move { (*self).release().await.map_err(|e| e.to_string()) })
-    }
-}
-
-struct Rslock(rslock::LockManager);
-
-impl Column for Rslock {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        Box::pin(async move {
-            let deadline = Instant::now() + wait;
-            loop {
-                match self.0.lock(key, TTL).await {
-                    Ok(lock) => return Ok(Box::new(lock) as Held),
-                    Err(rslock::LockError::Unavailable) if Instant::now() < deadline => {}
-                    Err(rslock::LockError::Unavailable) => return Err(timed_out(key, wait)),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-        })
-    }
-}
-
-impl Release for rslock::Lock {
-    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move {
-            (*self).release().await;
-            Ok(())
-        })
-    }
-}
-
-struct Redlock(Arc<redlock::RedLock>);
-
-/// redlock's `Lock` borrows its manager, so a held lock keeps the owned parts and rebuilds
-/// the `Lock` (all its fields are public) for `unlock`.
-struct RedlockHeld {
-    manager: Arc<redlock::RedLock>,
-    resource: Vec<u8>,
-    val: Vec<u8>,
-}
-
-impl Column for Redlock {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        let manager = Arc::clone(&self.0);
-        let key = key.to_owned();
-        Box::pin(async move {
-            let deadline = Instant::now() + wait;
-            let taken = tokio::task::spawn_blocking(move || loop {
-                match manager.lock(key.as_bytes(), TTL.as_millis() as usize) {
-                    Ok(Some(lock)) => {
-                        let (resource, val) = (lock.resource, lock.val);
-                        break Ok(RedlockHeld {
-                            manager,
-                            resource,
-                            val,
-                        });
-                    }
-                    Ok(None) if Instant::now() < deadline => {}
-                    Ok(None) => break Err(timed_out(&key, wait)),
-                    Err(e) => break Err(e.to_string()),
-                }
-            });
-            let held = taken.await.map_err(|e| e.to_string())??;
-            Ok(Box::new(held) as Held)
-        })
-    }
-}
-
-impl Release for RedlockHeld {
-    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let lock = redlock::Lock {
-                    resource: self.resource,
-                    val: self.val,
-                    validity_time: 0,
-                    lock_manager: &self.manager,
-                };
-                // Best effort like rslock's: redlock reports nothing back.
-                self.manager.unlock(&lock);
-            })
-            .await
-            .map_err(|e| e.to_string())
-        })
-    }
-}
-
-struct DlRedis(distributed_lock_redis::RedisLockProvider);
-
-impl Column for DlRedis {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        use distributed_lock_core::traits::{DistributedLock, LockProvider};
-        Box::pin(async move {
-            let deadline = Instant::now() + wait;
-            loop {
-                match self.0.create_lock(key).try_acquire().await {
-                    Ok(Some(handle)) => return Ok(Box::new(handle) as Held),
-                    Ok(None) if Instant::now() < deadline => {
-                        let pause = rand::random_range(0..PEER_RETRY_DELAY_MS * 1_000);
-                        tokio::time::sleep(Duration::from_micros(pause.into())).await;
-                    }
-                    Ok(None) => return Err(timed_out(key, wait)),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-        })
-    }
-}
-
-impl Release for distributed_lock_redis::RedisLockHandle {
-    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        use distributed_lock_core::traits::LockHandle;
-        Box::pin(async move { LockHandle::release(*self).await.map_err(|e| e.to_string()) })
-    }
-}
-
-/// The minimal correct lock on one connection: a single node's, or (S1c/S2c) redis-rs's
-/// cluster connection, which sends each command to the master of the key's slot.
-struct Limit<C> {
-    conn: C,
-    release: Arc<redis::Script>,
-}
-
-const COMPARE_AND_DELETE: &str = r"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0";
-
-impl Limit<redis::aio::MultiplexedConnection> {
-    async fn connect(url: &str) -> redis::RedisResult<Self> {
-        let conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        Ok(Limit::on(conn))
-    }
-}
-
-impl Limit<redis::cluster_async::ClusterConnection> {
-    async fn connect_cluster(urls: &[String]) -> redis::RedisResult<Self> {
-        let conn = redis::cluster::ClusterClient::new(urls.to_vec())?
-            .get_async_connection()
-            .await?;
-        Ok(Limit::on(conn))
-    }
-}
-
-impl<C> Limit<C> {
-    fn on(conn: C) -> Self {
-        Limit {
-            conn,
-            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
-        }
-    }
-}
-
-struct LimitHeld<C> {
-    conn: C,
-    release: Arc<redis::Script>,
-    key: String,
-    token: String,
-}
-
-impl<C> Column for Limit<C>
-where
-    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        Box::pin(async move {
-            // 128 random bits per acquisition, like distlock's owner token.
-            let token = format!("{:032x}", rand::random::<u128>());
-            let deadline = Instant::now() + wait;
-            let mut conn = self.conn.clone();
-            loop {
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if set.is_some() {
-                    return Ok(Box::new(LimitHeld {
-                        conn,
-                        release: Arc::clone(&self.release),
-                        key: key.to_owned(),
-                        token,
-                    }) as Held);
-                }
-                if Instant::now() >= deadline {
-                    return Err(timed_out(key, wait));
-                }
-                tokio::time::sleep(LIMIT_POLL).await;
-            }
-        })
-    }
-}
-
-/// `limit` on the quorum nodes (`limit-quorum`): the minimal correct Redlock.
-struct LimitQuorum {
-    conns: Vec<redis::aio::MultiplexedConnection>,
-    release: Arc<redis::Script>,
-}
-
-impl LimitQuorum {
-    async fn connect(urls: &[String]) -> redis::RedisResult<LimitQuorum> {
-        let mut conns = Vec::with_capacity(urls.len());
-        for url in urls {
-            conns.push(
-                redis::Client::open(url.as_str())?
-                    .get_multiplexed_async_connection()
-                    .await?,
-            );
-        }
-        Ok(LimitQuorum {
-            conns,
-            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
-        })
-    }
-}
-
-/// The compare-and-delete script on every node at once; how many deleted the key.
-async fn release_all(
-    conns: &[redis::aio::MultiplexedConnection],
-    script: &redis::Script,
-    key: &str,
-    token: &str,
-) -> Result<usize, String> {
-    let replies = futures::future::join_all(conns.iter().map(|conn| {
-        let mut conn = conn.clone();
-        async move {
-            script
-                .key(key)
-                .arg(token)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        }
-    }))
-    .await;
-    let mut deleted = 0;
-    for reply in replies {
-        deleted += usize::from(reply.map_err(|e| e.to_string())? == 1);
-    }
-    Ok(deleted)
-}
-
-impl Column for LimitQuorum {
-    fn acquire<'a>(&'a self, key: &'a str, wait: Duration) -> BoxFut<'a, Result<Held, String>> {
-        Box::pin(async move {
-            let token = format!("{:032x}", rand::random::<u128>());
-            let deadline = Instant::now() + wait;
-            let quorum = self.conns.len() / 2 + 1;
-            let drift = TTL / 100 + Duration::from_millis(2);
-            loop {
-                let started = Instant::now();
-                let replies = futures::future::join_all(self.conns.iter().map(|conn| {
-                    let mut conn = conn.clone();
-                    let set = redis::cmd("SET")
-                        .arg(key)
-                        .arg(&token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(TTL.as_millis() as u64)
-                        .clone();
-                    async move { set.query_async::<Option<String>>(&mut conn).await }
-                }))
-                .await;
-                // A node's error counts as a no, like a busy key.
-                let acked = replies.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
-                let valid = started.elapsed() + drift < TTL;
-                if acked >= quorum && valid {
-                    return Ok(Box::new(LimitQuorumHeld {
-                        conns: self.conns.clone(),
-                        release: Arc::clone(&self.release),
-                        key: key.to_owned(),
-                        token,
-                        quorum,
-                    }) as Held);
-                }
-                // Undo a partial acquisition everywhere before trying again.
-                if acked > 0 {
-                    release_all(&self.conns, &self.release, key, &token).await?;
-                }
-                if Instant::now() >= deadline {
-                    return Err(timed_out(key, wait));
-                }
-                tokio::time::sleep(LIMIT_POLL).await;
-            }
-        })
-    }
-}
-
-struct LimitQuorumHeld {
-    conns: Vec<redis::aio::MultiplexedConnection>,
-    release: Arc<redis::Script>,
-    key: String,
-    token: String,
-    quorum: usize,
-}
-
-impl Release for LimitQuorumHeld {
-    fn release(self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move {
-            let deleted = release_all(&self.conns, &self.release, &self.key, &self.token).await?;
-            if deleted >= self.quorum {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`{}` was ours on only {deleted} nodes at release",
-                    self.key
-                ))
-            }
-        })
-    }
-}
-
-impl<C> Release for LimitHeld<C>
-where
-    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn release(mut self: Box<Self>) -> BoxFut<'static, Result<(), String>> {
-        Box::pin(async move {
-            let deleted: i64 = self
-                .release
-                .key(&self.key)
-                .arg(&self.token)
-                .invoke_async(&mut self.conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            match deleted {
-                1 => Ok(()),
-                _ => Err(format!("`{}` was no longer ours", self.key)),
-            }
-        })
-    }
 }
