@@ -16,6 +16,7 @@ use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
+use crate::token::FencingToken;
 
 /// What one server was found to refuse, learnt from its answers and kept per server (a node of
 /// a quorum, or the one deployment): another server of the same process may well be newer.
@@ -37,7 +38,7 @@ impl ServerQuirks {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// Held, with this fencing token when one was asked for.
-    Acquired { fence: Option<u64> },
+    Acquired { fence: Option<FencingToken> },
     /// Held by someone else, whose lease has this much left (when the server said).
     /// `member`: which name is (the first found busy), by its place in
     /// [`LockKey::members`]; 0 for a single name.
@@ -436,6 +437,17 @@ pub(crate) fn parse_acquire(
     let Value::Array(items) = reply else {
         return Err(malformed());
     };
+    // A fenced permit: its token and its permit slot (a semaphore is never part of a set).
+    if let (LockMode::Semaphore, [Value::Int(1), Value::Int(fence), Value::Int(slot)]) =
+        (requested, items.as_slice())
+    {
+        return match (u64::try_from(*fence), u32::try_from(*slot)) {
+            (Ok(fence), Ok(slot)) => Ok(Attempt::Acquired {
+                fence: Some(FencingToken::new(fence).in_slot(slot)),
+            }),
+            _ => Err(malformed()),
+        };
+    }
     // The name an answer concerns: its place in the set, from 1, when the script says (a
     // semaphore's `{-4, recorded, asked}` is three items of its own).
     let (items, member) = match items.as_slice() {
@@ -453,7 +465,7 @@ pub(crate) fn parse_acquire(
     match items {
         // A negative token: none was asked for.
         [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
-            fence: u64::try_from(*fence).ok(),
+            fence: u64::try_from(*fence).ok().map(FencingToken::new),
         }),
         [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
             holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),

@@ -17,7 +17,7 @@ use crate::algorithm::{evalsha, invoke, Lua};
 use crate::conn::within;
 use crate::error::{Error, NodeError, Op};
 use crate::identity::Described;
-use crate::inspect::{parse_info, Holder, LockInfo};
+use crate::inspect::{inspected_keys, parse_info, Holder, LockInfo, INSPECTED_KEYS};
 use crate::key::{Kind, LockKey};
 use crate::lease;
 use crate::mode::LockMode;
@@ -363,14 +363,14 @@ async fn read_node(
     mark_ms: &str,
 ) -> Result<(LockInfo, Option<Described>), Error> {
     let mut conn = node.conn.clone();
-    let mut cmd = evalsha(&OBSERVE, 6, 7, 6 * key.lock().len() + 80);
-    cmd.arg(key.lock())
-        .arg(key.helper_arg(Kind::Fence))
-        .arg(key.helper_arg(Kind::Forced))
-        .arg(key.helper_arg(Kind::Readers))
-        .arg(key.helper_arg(Kind::Intents))
-        .arg(key.helper_arg(Kind::Waited))
-        .arg(mark_ms);
+    let mut cmd = evalsha(
+        &OBSERVE,
+        INSPECTED_KEYS + 1,
+        INSPECTED_KEYS + 2,
+        7 * key.lock().len() + 80,
+    );
+    inspected_keys(&mut cmd, key);
+    cmd.arg(key.helper_arg(Kind::Waited)).arg(mark_ms);
     let reply: Value = within(limit, invoke(&OBSERVE, &cmd, &mut conn))
         .await
         .map_err(|e| Error::redis(Op::Inspect, key.name(), e))?;

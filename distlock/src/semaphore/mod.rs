@@ -50,6 +50,7 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::key::Kind;
 use crate::mode::LockMode;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (type check,
@@ -72,7 +73,7 @@ pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: false,
     plain_acquire: false,
     waited_mark: false,
-    helpers: &[],
+    helpers: &[Kind::Slots],
     intents: false,
     acquire: script!("acquire.lua"),
     release: script!("release.lua"),

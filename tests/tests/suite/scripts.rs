@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A script's source as the library composes it: the files under `distlock/src`, in order.
-fn script(parts: &[&str]) -> String {
+pub(crate) fn script(parts: &[&str]) -> String {
     parts
         .iter()
         .map(|part| {
@@ -76,7 +76,7 @@ local redis = setmetatable({
 "#;
 
 /// Runs `source` behind [`CHECKED`] on `server`; a failure of the check fails the test.
-async fn run(
+pub(crate) async fn run(
     conn: &mut redis::aio::MultiplexedConnection,
     what: &str,
     source: &str,
@@ -700,7 +700,14 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, readers, intents],
+        &[
+            lock,
+            fence,
+            forced,
+            readers,
+            intents,
+            &rw_helper(lock, "slots"),
+        ],
         &[],
     )
     .await;
@@ -708,7 +715,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, readers, intents],
+        &[lock, forced, readers, intents, &rw_helper(lock, "slots")],
         &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
@@ -755,11 +762,12 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         .await
         .expect("SET");
     let (readers, intents) = (rw_helper(lock, "readers"), rw_helper(lock, "intents"));
+    let slots = rw_helper(lock, "slots");
     run(
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, &readers, &intents],
+        &[lock, fence, forced, &readers, &intents, &slots],
         &[],
     )
     .await;
@@ -767,7 +775,7 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, &readers, &intents],
+        &[lock, forced, &readers, &intents, &slots],
         &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
@@ -790,23 +798,30 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         "distlock:#forced:{sem}",
     );
     let long = "100000000";
-    // Two of two permits, the first fenced (a new counter: the clock's floor).
+    let slots = rw_helper(lock, "slots");
+    let slots = slots.as_str();
+    // Two of two permits, the first fenced (a new counter: the clock's floor) and in permit
+    // slot 0.
     let r = run(
         &mut c,
         "fenced acquire",
         &acquire,
-        &[lock, fence],
+        &[lock, slots, fence],
         &["t1\th", long, "0", "1", "", "", "1", "0", "2"],
     )
     .await;
     assert_eq!(int(&r), 1);
     let token = second(&r);
     assert!(token > 1_000_000_000_000_000, "the clock's floor: {token}");
+    assert_eq!(
+        r,
+        Value::Array(vec![Value::Int(1), Value::Int(token), Value::Int(0)])
+    );
     let r = run(
         &mut c,
         "acquire",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t2\th", "1000", "0", "1", "", "", "0", "1", "2"],
     )
     .await;
@@ -816,7 +831,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "busy",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t3\th", "1000", "0", "1", "", "", "0", "1", "2"],
     )
     .await;
@@ -826,7 +841,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "another limit",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t3\th", "1000", "0", "1", "", "", "0", "1", "3"],
     )
     .await;
@@ -845,20 +860,37 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         .expect("ZRANGE");
     assert_eq!(scores[0], ("permits".to_owned(), "-2".to_owned()));
     assert!(scores.iter().all(|(_, s)| !s.contains('e')), "{scores:?}");
-    assert!(int(&run(&mut c, "extend", &extend, &[lock], &["t2\th", long, ""]).await) > 0);
+    assert!(
+        int(&run(
+            &mut c,
+            "extend",
+            &extend,
+            &[lock, slots],
+            &["t2\th", long, ""]
+        )
+        .await)
+            > 0
+    );
     assert_eq!(
         int(&run(
             &mut c,
             "release",
             &release,
-            &[lock],
+            &[lock, slots],
             &["t2\th", "", "", "s"]
         )
         .await),
         1
     );
     assert_eq!(
-        int(&run(&mut c, "released twice", &release, &[lock], &["t2\th"]).await),
+        int(&run(
+            &mut c,
+            "released twice",
+            &release,
+            &[lock, slots],
+            &["t2\th"]
+        )
+        .await),
         0
     );
     let inspect = script(&["inspect/inspect.lua"]);
@@ -868,7 +900,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, &readers, &intents],
+        &[lock, fence, forced, &readers, &intents, slots],
         &[],
     )
     .await;
@@ -876,7 +908,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, &readers, &intents],
+        &[lock, forced, &readers, &intents, slots],
         &["why", "host=h\tpid=1", "604800000", ""],
     )
     .await;
