@@ -120,18 +120,19 @@ impl Scripts {
     }
 }
 
-/// A retry whose earlier reply was lost finds its own permit: the same slot, a token of its
-/// own above the lost one, and no second permit.
+/// A retry whose earlier reply was lost finds its own permit: the same slot (also when a
+/// lower one is free by then), a token of its own above the lost one, and no second permit.
 #[tokio::test]
 async fn a_retried_fenced_acquisition_keeps_its_slot() {
     let server = RedisServer::start();
     let mut s = Scripts::new(&server, "retry", 3).await;
-    let (first, slot_a) = s.fenced("a\th").await;
-    let (_, slot_b) = s.fenced("b\th").await;
+    let (_, slot_a) = s.fenced("a\th").await;
+    let (first, slot_b) = s.fenced("b\th").await;
     assert_eq!((slot_a, slot_b), (0, 1));
-    match s.acquire("a\th", 100_000, true, true).await {
+    assert!(s.release("a\th").await);
+    match s.acquire("b\th", 100_000, true, true).await {
         Reply::Fenced { token, slot } => {
-            assert_eq!(slot, slot_a, "the retry keeps its slot");
+            assert_eq!(slot, slot_b, "the retry keeps its slot");
             assert!(
                 token > first,
                 "the retry's token is its own: {token} > {first}"
@@ -140,8 +141,9 @@ async fn a_retried_fenced_acquisition_keeps_its_slot() {
         other => panic!("{other:?}"),
     }
     let held: i64 = s.conn.zcard(&s.lock).await.expect("ZCARD");
-    assert_eq!(held, 3, "the limit and two permits, not three");
-    assert_eq!(s.fenced("c\th").await.1, 2);
+    assert_eq!(held, 2, "the limit and B's one permit");
+    assert_eq!(s.fenced("c\th").await.1, 0);
+    assert_eq!(s.fenced("d\th").await.1, 2);
 }
 
 /// A permit whose lease ended, or that was released, frees its slot: the next fenced permit
@@ -150,13 +152,14 @@ async fn a_retried_fenced_acquisition_keeps_its_slot() {
 async fn an_expired_or_released_permit_frees_its_slot() {
     let server = RedisServer::start();
     let mut s = Scripts::new(&server, "ends", 3).await;
-    let short = match s.acquire("a\th", 1, true, false).await {
+    // Long enough that B is taken while A's lease runs, on a loaded machine too.
+    let short = match s.acquire("a\th", 1_500, true, false).await {
         Reply::Fenced { slot, .. } => slot,
         other => panic!("{other:?}"),
     };
     assert_eq!(short, 0);
     assert_eq!(s.fenced("b\th").await.1, 1);
-    // The server's clock passes the 1 ms lease (the server decides; nothing else ends it).
+    // The server's clock passes A's lease (the server decides; nothing else ends it).
     let lock = s.lock.clone();
     let ended = wait_until_async(EVENT_LIMIT, || {
         let lock = lock.clone();
