@@ -556,7 +556,7 @@ mod tests {
         let values: &[(&str, &(dyn ToSql + Sync))] = &[("balance", &balance)];
         assert_eq!(
             fence.upsert_sql(key, values, None).unwrap(),
-            r#"INSERT INTO "billing"."accounts" ("id", "owner", "balance", "fencing_token") VALUES ($1, $2, $3, $4) ON CONFLICT ("id", "owner") DO UPDATE SET "balance" = EXCLUDED."balance", "fencing_token" = EXCLUDED."fencing_token""#
+            r#"INSERT INTO "billing"."accounts" ("id", "owner", "balance", "fencing_token") VALUES ($1, $2, $3, $4) ON CONFLICT ("id", "owner") DO UPDATE SET "balance" = EXCLUDED."balance", "fencing_token" = $4"#
         );
         assert_eq!(
             fence.update_sql(key, values, None).unwrap(),

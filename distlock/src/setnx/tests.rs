@@ -81,7 +81,8 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
     }
     let release = setnx.release_cmd(&key, &id(""), "", false, false);
     assert_eq!(declared(&release), [lock.clone(), waited]);
-    // A read/write lock's every call declares its readers and intents after the lock.
+    // A read/write lock's every call declares its readers and intents after the lock, a
+    // semaphore's its permit slots.
     let rw = vec![
         lock.clone(),
         key.helper(Kind::Readers),
@@ -91,7 +92,10 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
         (&*crate::reentrant::REENTRANT, vec![lock.clone()]),
         (&*crate::rwlock::READ, rw.clone()),
         (&*crate::rwlock::WRITE, rw.clone()),
-        (&*crate::semaphore::SEMAPHORE, vec![lock.clone()]),
+        (
+            &*crate::semaphore::SEMAPHORE,
+            vec![lock.clone(), key.helper(Kind::Slots)],
+        ),
     ] {
         let fenced = [own.clone(), vec![fence.clone()]].concat();
         for waits in [false, true] {
@@ -106,16 +110,15 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
     for mode in [&*crate::rwlock::READ, &*crate::rwlock::WRITE] {
         assert_eq!(declared(&mode.extend_cmd(&key, &id("n"), 1000)), rw);
     }
-    for mode in [
-        &*super::SETNX,
-        &*crate::reentrant::REENTRANT,
-        &*crate::semaphore::SEMAPHORE,
-    ] {
+    for mode in [&*super::SETNX, &*crate::reentrant::REENTRANT] {
         assert_eq!(
             declared(&mode.extend_cmd(&key, &id("n"), 1000)),
             [&lock[..]]
         );
     }
+    // A semaphore's every call declares its permit slots after the lock.
+    let semaphore = crate::semaphore::SEMAPHORE.extend_cmd(&key, &id("n"), 1000);
+    assert_eq!(declared(&semaphore), [lock, key.helper(Kind::Slots)]);
 }
 
 /// A semaphore's acquire always sends the waits flag, so that its number of permits has its
@@ -130,7 +133,7 @@ fn a_semaphore_sends_its_permits_after_the_waits_flag() {
             ..ask(waits, false)
         };
         let sent = args(&semaphore.acquire_script_cmd(&key, &id(""), 1000, ask));
-        assert_eq!(sent.len(), 1 + 1 + 9, "{sent:?}");
+        assert_eq!(sent.len(), 1 + 2 + 9, "{sent:?}");
         assert_eq!(sent[sent.len() - 2..], [flag.as_bytes(), b"4"]);
     }
 }
