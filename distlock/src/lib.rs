@@ -269,3 +269,10 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 #[path = "fuzz.rs"]
 pub mod __fuzz;
+
+// Process-wide switches for the project's own tests (feature `_test_hooks`, which only the test
+// kit's dev-dependencies turn on). Not an API: hidden, unstable, absent from every other build.
+#[cfg(feature = "_test_hooks")]
+#[doc(hidden)]
+#[path = "test_hooks.rs"]
+pub mod __test_hooks;

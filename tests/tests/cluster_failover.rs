@@ -7,7 +7,7 @@
 //!   keeps its lease or is told it lost it, no second owner gets in while the first is told
 //!   it holds the lock, and fencing tokens keep growing across the promoted replica.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;

@@ -61,6 +61,9 @@ use crate::algorithm::{Algorithm, OwnerKind};
 use crate::key::Kind;
 use crate::mode::LockMode;
 
+#[cfg(test)]
+mod tests;
+
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (type check,
 /// expired permits dropped, the keys' expiry), then the body. KEYS: the sorted set, the
 /// permit slots, then (a fenced acquisition) the fencing counter.
