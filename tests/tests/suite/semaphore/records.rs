@@ -86,7 +86,7 @@ async fn inspect_shows_the_permits_and_their_holders() {
     for permit in &info.permit_holders {
         assert_eq!(permit.holder.pid, Some(std::process::id()));
         let site = permit.holder.site.as_deref().expect("the call site");
-        assert!(site.contains("semaphore.rs"), "{site}");
+        assert!(site.contains("semaphore/records.rs"), "{site}");
         assert!(permit.holder.acquired_at.is_some());
     }
     assert_ne!(first.holder.owner, second.holder.owner);
