@@ -39,7 +39,7 @@ async fn observers_hear_resignations_and_new_leaders_by_their_messages() {
         now.holder
             .site
             .as_deref()
-            .is_some_and(|s| s.contains("election.rs")),
+            .is_some_and(|s| s.contains("election/observers.rs")),
         "{:?}",
         now.holder
     );

@@ -39,7 +39,7 @@ async fn inspection_reports_the_holder_of_every_exclusive_mode() {
     assert!(
         h.site
             .as_deref()
-            .is_some_and(|s| s.contains("operations.rs")),
+            .is_some_and(|s| s.contains("operations/inspection.rs")),
         "{:?}",
         h.site
     );
@@ -150,7 +150,10 @@ async fn a_locked_fn_is_named_as_the_holder() {
     let locks = client(&server).await;
     let info = inspected_from_inside(&locks, 3).await.expect("locked call");
     let h = info.holder.expect("held while the body runs");
-    assert_eq!(h.site.as_deref(), Some("operations::inspected_from_inside"));
+    assert_eq!(
+        h.site.as_deref(),
+        Some("operations::inspection::inspected_from_inside")
+    );
 }
 
 #[tokio::test]
@@ -273,7 +276,9 @@ async fn a_setnx_value_fits_one_server_allocation_and_names_its_holder_through_t
     let h = h.expect("held");
     assert_eq!(h.pid, Some(std::process::id()));
     assert!(h.host.is_some_and(|h| !h.is_empty()));
-    assert!(h.site.is_some_and(|s| s.contains("operations.rs")));
+    assert!(h
+        .site
+        .is_some_and(|s| s.contains("operations/inspection.rs")));
     assert!(recent(h.acquired_at));
     let process = h.process.expect("the holder's process tag");
     let record = format!("distlock:#process:{{{process}}}");
@@ -310,7 +315,7 @@ async fn a_setnx_value_fits_one_server_allocation_and_names_its_holder_through_t
     let again = locks.inspect("rec:1").await.expect("inspect").holder;
     let again = again.expect("still held");
     assert_eq!(again.pid, Some(std::process::id()));
-    assert!(again.site.is_some_and(|s| s.contains("operations.rs")));
+    assert!(again.site.is_some_and(|s| s.contains("operations/inspection.rs")));
     first.release().await.expect("release");
     second.release().await.expect("release");
 }
