@@ -315,7 +315,9 @@ async fn a_setnx_value_fits_one_server_allocation_and_names_its_holder_through_t
     let again = locks.inspect("rec:1").await.expect("inspect").holder;
     let again = again.expect("still held");
     assert_eq!(again.pid, Some(std::process::id()));
-    assert!(again.site.is_some_and(|s| s.contains("operations/inspection.rs")));
+    assert!(again
+        .site
+        .is_some_and(|s| s.contains("operations/inspection.rs")));
     first.release().await.expect("release");
     second.release().await.expect("release");
 }
