@@ -100,20 +100,7 @@ impl Guard {
     /// its tenure's number). Pass it to the resource you protect and have it refuse writes
     /// carrying a smaller one: that stops a holder that lost its lease (a long GC pause, a
     /// frozen VM) from overwriting its successor's work, which no lease alone can prevent.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fence.map(FencingToken::get)
-    }
-
-    /// A fenced semaphore permit's slot, 0 to N-1 (`None` for any other hold, and for a
-    /// permit taken without fencing): the lowest slot no other live fenced permit held when
-    /// this one was taken, kept until its lease ends. A resource keeps one mark per slot (see
-    /// [`FencingToken`]): `FencingToken::new(token).in_slot(slot)` is what to present.
-    pub fn permit_slot(&self) -> Option<u32> {
-        self.fence.and_then(FencingToken::slot)
-    }
-
-    /// The fencing token with its permit slot, as minted.
-    pub(crate) fn fence(&self) -> Option<FencingToken> {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
 

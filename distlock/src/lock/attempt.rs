@@ -552,7 +552,7 @@ impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
             return std::task::Poll::Pending;
         };
         let (outcome, attempts, fence, error) = match &result {
-            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fence(), None),
+            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
             Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
             Err(e @ Error::Timeout { attempts, .. }) => {
                 (Outcome::Timeout, *attempts, None, Some(e))

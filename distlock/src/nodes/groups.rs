@@ -174,11 +174,7 @@ async fn raise_fences(
     conn: &Conn,
     fences: &[(&LockKey, Option<FencingToken>)],
 ) -> Result<FencingToken, Error> {
-    let token = fences
-        .iter()
-        .filter_map(|&(_, f)| f)
-        .max()
-        .unwrap_or(FencingToken::new(0));
+    let token = highest(fences.iter().map(|&(_, f)| f));
     let raises = fences
         .iter()
         .filter(|&&(_, fence)| fence.is_none_or(|f| f < token))
@@ -195,6 +191,12 @@ async fn raise_fences(
         raised?;
     }
     Ok(token)
+}
+
+/// The token of an acquisition that took its names in parts (nodes of a quorum, groups of a
+/// set): the largest the parts minted, which the others are raised to.
+pub(super) fn highest(tokens: impl Iterator<Item = Option<FencingToken>>) -> FencingToken {
+    tokens.flatten().max().unwrap_or(FencingToken::new(0))
 }
 
 /// The call that raises the fencing counters of `key`'s names (one, or a set's) to at least

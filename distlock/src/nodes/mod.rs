@@ -291,11 +291,7 @@ impl Nodes {
         key: &LockKey,
         granted: &[(usize, Option<FencingToken>)],
     ) -> Result<FencingToken, NodeError> {
-        let token = granted
-            .iter()
-            .filter_map(|&(_, f)| f)
-            .max()
-            .unwrap_or(FencingToken::new(0));
+        let token = groups::highest(granted.iter().map(|&(_, f)| f));
         let behind: Vec<usize> = granted
             .iter()
             .filter(|&&(_, f)| f.is_none_or(|f| f < token))

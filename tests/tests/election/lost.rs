@@ -26,7 +26,7 @@ async fn lost_replies_leave_no_leadership_behind() {
     // Campaigns and resignations whose replies are lost: each is sent again (the retried
     // acquisition finds its own hold, the retried release frees nothing more).
     proxy.drop_replies(0.25);
-    let mut last = 0;
+    let mut last = FencingToken::new(0);
     for _ in 0..20 {
         let leadership = election
             .campaign()

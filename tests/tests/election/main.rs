@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{contender, lock_key, pttl};
-use distlock::{Client, Error, Leader};
+use distlock::{Client, Error, FencingToken, Leader};
 use distlock_testkit::{
     wait_until_async, FaultProxy, Observer, RedisCluster, RedisSentinel, RedisServer, RedisServers,
 };
@@ -56,7 +56,7 @@ async fn seen(
     found.unwrap_or_else(|_| panic!("the observer never saw {what}: {:?}", *leader.borrow()))
 }
 
-fn term(leader: &Option<Leader>) -> Option<u64> {
+fn term(leader: &Option<Leader>) -> Option<FencingToken> {
     leader.as_ref().map(|l| l.term)
 }
 
@@ -130,11 +130,11 @@ impl Candidates {
     }
 
     /// The next candidate to lead, and its term.
-    async fn next_leader(&mut self) -> (usize, u64) {
+    async fn next_leader(&mut self) -> (usize, FencingToken) {
         let (i, line) = self
             .expect("new leader", |_, l| l.starts_with("LEAD "))
             .await;
-        (i, number(&line))
+        (i, term_in(&line))
     }
 
     fn signal(&self, i: usize, signal: libc::c_int) {
@@ -171,15 +171,17 @@ impl Candidates {
     }
 }
 
-fn number(line: &str) -> u64 {
+/// The term a candidate's line names (`LEAD <term>`, `LOST <term>`).
+fn term_in(line: &str) -> FencingToken {
     line.split_whitespace()
         .nth(1)
         .and_then(|n| n.parse().ok())
+        .map(FencingToken::new)
         .unwrap_or_else(|| panic!("no number in {line:?}"))
 }
 
 /// Waits until the leader with `term` acted (as the observer saw it).
-async fn acts_of(observer: &Observer, term: u64) {
+async fn acts_of(observer: &Observer, term: FencingToken) {
     let acted = wait_until_async(EVENT_LIMIT, || async {
         observer.terms().await.contains(&term)
     })

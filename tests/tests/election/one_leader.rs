@@ -65,7 +65,7 @@ async fn one_leader_at_a_time(url: &str, ttl: Duration, name: &str) {
             i == second && l.starts_with("LOST ")
         })
         .await;
-    assert_eq!(number(&lost), t2);
+    assert_eq!(term_in(&lost), t2);
     // It acted no more: the third still leads and acts.
     let acts = observer.acts().await;
     assert!(wait_until_async(EVENT_LIMIT, || async { observer.acts().await > acts + 10 }).await);

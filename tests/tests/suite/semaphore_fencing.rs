@@ -27,11 +27,7 @@ const EVENT_LIMIT: Duration = Duration::from_secs(10);
 
 /// The token a guard presents: its value and, for a fenced permit, its slot.
 fn token_of(guard: &Guard) -> FencingToken {
-    let token = FencingToken::new(guard.fencing_token().expect("taken with fencing"));
-    match guard.permit_slot() {
-        Some(slot) => token.in_slot(slot),
-        None => token,
-    }
+    guard.fencing_token().expect("taken with fencing")
 }
 
 /// The semaphore scripts as the library composes them, run behind the scripts' key check.
@@ -257,10 +253,8 @@ async fn the_client_reports_each_permits_slot_and_an_ended_lease_frees_it() {
         .expect("free");
     let plain = permit(false).try_acquire().await.expect("free");
     let c = permit(true).try_acquire().await.expect("free");
-    assert_eq!(
-        (a.permit_slot(), plain.permit_slot(), c.permit_slot()),
-        (Some(0), None, Some(1))
-    );
+    let slot = |guard: &Guard| guard.fencing_token().and_then(FencingToken::slot);
+    assert_eq!((slot(&a), slot(&plain), slot(&c)), (Some(0), None, Some(1)));
     assert_eq!(plain.fencing_token(), None);
     let info = locks.inspect("pool").await.expect("inspect");
     let mut slots: Vec<Option<u32>> = info.permit_holders.iter().map(|p| p.slot).collect();
@@ -273,7 +267,7 @@ async fn the_client_reports_each_permits_slot_and_an_ended_lease_frees_it() {
         .await
         .expect("A's permit frees at its ttl");
     assert!(!a.is_held());
-    assert_eq!(b.permit_slot(), Some(0), "A's slot, the lowest free");
+    assert_eq!(slot(&b), Some(0), "A's slot, the lowest free");
     assert!(token_of(&b) > token_of(&a));
     for guard in [b, plain, c] {
         guard.release().await.expect("release");
@@ -318,15 +312,9 @@ async fn live_holders_of_two_slots_both_write_where_one_mark_refuses_the_older()
         Some(new)
     );
     // The same writes as lock tokens: one mark, and the older live holder is refused.
-    store
-        .incr_by("one-mark", 1, new.get())
-        .await
-        .expect("the newer");
-    stale(
-        store.incr_by("one-mark", 1, old.get()).await,
-        old.get(),
-        new.get(),
-    );
+    let (old, new) = (FencingToken::new(old.get()), FencingToken::new(new.get()));
+    store.incr_by("one-mark", 1, new).await.expect("the newer");
+    stale(store.incr_by("one-mark", 1, old).await, old, new);
     older.release().await.expect("release");
     newer.release().await.expect("release");
 }
@@ -424,8 +412,8 @@ async fn stalled_permit_writes(fenced_writes: bool) -> String {
     if fenced_writes {
         stale(
             store.hset("resource", "value", "A", run.token_a).await,
-            run.token_a.get(),
-            token_b.get(),
+            run.token_a,
+            token_b,
         );
         let mark: Option<u64> = server
             .async_connection()
@@ -506,7 +494,7 @@ async fn stalled_permit_writes_postgres(fenced_write: bool) -> (String, String) 
         let late = fence
             .update(&db, key, &[("owner", &"A")], run.token_a)
             .await;
-        stale(late, run.token_a.get(), token_b.get());
+        stale(late, run.token_a, token_b);
     } else {
         db.execute("UPDATE shards SET owner = 'A' WHERE id = 1", &[])
             .await

@@ -90,7 +90,7 @@ async fn tokens_keep_increasing_across_a_restart_without_persistence() {
     let locks = client(&server).await;
     for mode in ["setnx", "reentrant", "write"] {
         let name = format!("fence-{mode}");
-        let mut last = 0;
+        let mut last = distlock::FencingToken::new(0);
         for round in 0..2 {
             let g = request(&locks, mode, &name).fencing(true).acquire().await;
             let g = g.expect("free");

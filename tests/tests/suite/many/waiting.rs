@@ -115,7 +115,7 @@ async fn a_fenced_set_has_one_token_above_each_names_tokens_before_and_after() {
         .await
         .expect("free");
     let token = set.fencing_token().expect("a token");
-    assert!(token > before && token > ahead, "{token}");
+    assert!(token > before && token.get() > ahead, "{token}");
     set.release().await.expect("release");
     for name in ["f-a", "f-b"] {
         let next = locks

@@ -22,6 +22,7 @@ use redis::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+mod fenced;
 mod modes;
 mod refusals;
 mod sets;

@@ -146,7 +146,7 @@ async fn a_fenced_write_set_has_one_token_above_each_names() {
         .await
         .expect("free");
     let token = set.fencing_token().expect("a token");
-    assert!(token > before && token > ahead, "{token}");
+    assert!(token > before && token.get() > ahead, "{token}");
     set.release().await.expect("release");
     let read = locks
         .read("f-a")
