@@ -49,6 +49,7 @@ prop_pattern() {
     reentry) echo 'r==0' ;;                 # a re-entry answered busy
     limit) echo 'gst\[.*<=' ;;               # more guards held than a semaphore's permits
     frees) echo 'gl\[' ;;                    # a permit outlived its own holder's lease
+    slots) echo 'pslot\[' ;;                 # a permit slot taken that a live permit holds
     settles) echo 'acceptance cycle' ;;     # the liveness claim
     partial) echo '!((((key\[0\]' ;;         # many.pml: a waiter holds a name of its set
     deadlock) echo 'invalid end state' ;;   # a state where a call can never finish
@@ -197,10 +198,11 @@ run control  old-extend-reentrant  reentrant.pml mutex -DOLD_EXTEND
 run control  old-restart-guard     redlock.pml   mutex -DOLD_RESTART_GUARD
 run control  old-fence             setnx.pml     fence -DRESTART -DOLD_FENCE
 run control  old-floor             setnx.pml     fence -DRESTART -DFAILOVER -DOLD_FLOOR
-# Then the semaphore's designs that must fail: permits sharing one expiry, and a retry that
-# finds its own permit without renewing it.
+# Then the semaphore's designs that must fail: permits sharing one expiry, a retry that
+# finds its own permit without renewing it, and permit slots by rank instead of lowest free.
 run control  one-key-semaphore     semaphore.pml frees -DONE_KEY
 run control  retry-no-renew-semaphore semaphore.pml limit -DRETRY_NO_RENEW
+run control  slot-by-count-semaphore  semaphore.pml slots -DSLOT_BY_COUNT
 # Several names at once (many.pml): the naive order deadlocks, a waiter that keeps what it
 # took holds part of its set, the first give-back of the Cluster's groups (found by the
 # model) left a group held, and a dropped acquisition must give its names back.

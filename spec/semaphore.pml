@@ -29,6 +29,11 @@
  *   final   once every call returned and every background release finished, no permit is
  *           left but a crashed holder's (which "frees" ends) or one whose release gave up
  *           after its lease had run out
+ *   slots   every acquisition is fenced here, so every permit takes a permit slot (the lowest
+ *           no live permit holds; a retry that finds its own permit keeps its slot): the slot
+ *           taken is below PERMITS and no other live permit holds it, so the holders of one
+ *           slot follow each other, with growing tokens (fence), and a resource with one mark
+ *           per slot refuses only a slot's expired holder (docs/design.md, "Fenced permits")
  *
  * Variants (-D):
  *   ONE_KEY         the permits share one expiry, the key's (the common design: a set of
@@ -38,6 +43,9 @@
  *   RETRY_NO_RENEW  an acquisition retried after a lost reply that finds its own permit
  *                   leaves its lease as it is (as rwlock's finding 2): the guard trusts a
  *                   lease from the retry that the server does not hold -> limit fails
+ *   SLOT_BY_COUNT   a permit's slot is the number of permits held when it was taken (its
+ *                   rank), not the lowest free one: after a lower permit ends, the next one
+ *                   takes a slot a live permit holds -> slots fails
  */
 
 #ifndef NC
@@ -65,6 +73,8 @@
 
 /* ---- server: the sorted set ---- */
 byte pleft[NT];                 /* per token: its permit's lease left (0: no member) */
+byte pslot[NT];                 /* per token: its permit slot, held while pleft > 0 (the
+                                   #slots hash: a field whose member is gone is stale) */
 int  ctr = 0;                   /* the fencing counter */
 
 /* ---- clients ---- */
@@ -102,6 +112,10 @@ inline TICK() {
   :: i < NT ->
        DOWN(pleft[i]); DOWN(gl[i]);
        assert(pleft[i] == 0 || gl[i] > 0);      /* frees */
+       if
+       :: pleft[i] == 0 -> pslot[i] = 0         /* stale: no longer counted */
+       :: else
+       fi;
        i++
   :: else -> break
   od;
@@ -163,17 +177,40 @@ inline MINT() {
   maxtok = ctr
 }
 
+/* Whether a live permit holds slot s. */
+#define SLOT_HELD(s) ((pleft[1] > 0 && pslot[1] == s) || (pleft[2] > 0 && pslot[2] == s) || \
+                      (pleft[3] > 0 && pslot[3] == s) || (pleft[4] > 0 && pslot[4] == s) || \
+                      (pleft[5] > 0 && pslot[5] == s) || (pleft[6] > 0 && pslot[6] == s))
+
+/* acquire.lua take_slot() for a new permit of token t (not yet a member): the lowest slot no
+   live permit holds; then slots: below PERMITS, and no other live permit holds it. */
+inline TAKE_SLOT(t) {
+#ifdef SLOT_BY_COUNT
+  pslot[t] = NPERMITS;
+#else
+  k = 0;
+  do
+  :: k < PERMITS && SLOT_HELD(k) -> k++
+  :: else -> break
+  od;
+  pslot[t] = k;
+#endif
+  assert(pslot[t] < PERMITS && !SLOT_HELD(pslot[t]));   /* slots */
+  k = 0
+}
+byte k;
+
 /* acquire.lua (after load()). r: 1 held, 0 busy. A fenced acquisition mints a token, a
    retry that finds its own permit too (the first one never reached the caller). */
 inline ACQUIRE(me, tok, ttl, unsure, r) {
   if
-  :: pleft[tok] > 0 ->                          /* its own permit: a retry */
+  :: pleft[tok] > 0 ->                          /* its own permit: a retry (its slot kept) */
 #ifndef RETRY_NO_RENEW
        RAISE(tok, ttl);                         /* renewed from now, never shortened */
 #endif
        MINT(); r = 1
   :: pleft[tok] == 0 && NPERMITS < PERMITS ->   /* a permit is free */
-       MINT(); RAISE(tok, ttl); r = 1
+       MINT(); TAKE_SLOT(tok); RAISE(tok, ttl); r = 1
   :: else -> r = 0                              /* busy: every permit held */
   fi
 }
@@ -189,7 +226,7 @@ inline EXTEND(me, tok, ttl, rem) {
 /* release.lua: only its own permit. */
 inline RELEASE(me, tok, r) {
   if
-  :: pleft[tok] > 0 -> pleft[tok] = 0; gl[tok] = 0; r = 1
+  :: pleft[tok] > 0 -> pleft[tok] = 0; gl[tok] = 0; pslot[tok] = 0; r = 1
   :: else -> r = 0
   fi
 }

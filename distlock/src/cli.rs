@@ -215,9 +215,12 @@ fn describe_at(info: &LockInfo, now: SystemTime) -> String {
     }
     for p in &info.permit_holders {
         let h = &p.holder;
+        let slot = p
+            .slot
+            .map_or(String::new(), |slot| format!(" in slot {slot}"));
         let _ = writeln!(
             s,
-            "permit: {} ({} ms left; pid {}, host {}, site {})",
+            "permit{slot}: {} ({} ms left; pid {}, host {}, site {})",
             h.owner,
             p.remaining.as_millis(),
             h.pid.map_or("?".to_owned(), |pid| pid.to_string()),
@@ -302,5 +305,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("unix ms"), "{text}");
+    }
+
+    #[test]
+    fn the_report_shows_a_fenced_permits_slot() {
+        let permit = |slot| crate::inspect::Permit {
+            holder: Holder {
+                owner: "token".into(),
+                ..Holder::default()
+            },
+            remaining: Duration::from_secs(3),
+            slot,
+        };
+        let info = LockInfo {
+            name: "pool".into(),
+            mode: Some(LockMode::Semaphore),
+            remaining: Some(Duration::from_secs(3)),
+            holder: None,
+            hold_count: 2,
+            readers: Vec::new(),
+            waiting_writers: Vec::new(),
+            permits: Some(3),
+            permit_holders: vec![permit(Some(1)), permit(None)],
+            fencing_token: None,
+            last_fencing_token: None,
+            last_forced_unlock: None,
+        };
+        let text = describe_at(&info, at(1_795_936_323_120));
+        assert!(
+            text.contains("permit in slot 1: token (3000 ms left"),
+            "{text}"
+        );
+        assert!(text.contains("permit: token (3000 ms left"), "{text}");
     }
 }

@@ -15,7 +15,8 @@
 //!   per test, faults on demand (a lease lost mid-body, a silent or restarted server, lost
 //!   replies), assertions about who holds a lock, an axum handler's tests worked through.
 //! * [`fencing`]: refusing a stalled holder's late writes: the rule, the stores distlock
-//!   fences (Redis, PostgreSQL), fencing any other store, a mark's lifetime.
+//!   fences (Redis, PostgreSQL), semaphore permits (a mark per permit slot), fencing any other
+//!   store, a mark's lifetime.
 
 // The guides link to each other with Markdown reference links whose targets are the `.md`
 // files (right where the files are read); these definitions come first, so they win on
@@ -31,7 +32,8 @@ macro_rules! guide_links {
          [least-privilege]: crate::guide::operations#least-privilege\n\
          [failure-model]: crate::guide::deployments#the-failure-model\n\
          [redlock]: crate::guide::deployments#redlock-quorum\n\
-         [fencing-failover]: crate::guide::deployments#fencing-across-a-failover\n"
+         [fencing-failover]: crate::guide::deployments#fencing-across-a-failover\n\
+         [permits]: crate::guide::design#fenced-permits-one-mark-per-permit-slot\n"
     };
 }
 

@@ -10,9 +10,10 @@
 //! # Layout
 //!
 //! A key is `<prefix>:<body>` for the lock itself, and `<prefix>:#<kind>:<body>` for a helper
-//! key of the lock (`fence`, `waited`, `forced`, a read/write lock's `readers` and `intents`)
-//! or a process's record (`process`, the body made from the process's tag as if it were a
-//! name); without a prefix the `<prefix>:` is left out. The body is the name:
+//! key of the lock (`fence`, `waited`, `forced`, a read/write lock's `readers` and `intents`,
+//! a semaphore's `slots`) or a process's record (`process`, the body made from the process's
+//! tag as if it were a name); without a prefix the `<prefix>:` is left out. The body is the
+//! name:
 //!
 //! | the name                                          | body               | for example              |
 //! |---------------------------------------------------|--------------------|--------------------------|
@@ -107,18 +108,21 @@ pub(crate) enum Kind {
     /// A read/write lock's waiting writers: a sorted set of owners scored by their intent's
     /// end.
     Intents,
+    /// A semaphore's permit slots: a hash from each fenced permit's owner to its slot.
+    Slots,
 }
 
 impl Kind {
     /// Every kind, for the tests.
     #[cfg(test)]
-    const ALL: [Kind; 6] = [
+    const ALL: [Kind; 7] = [
         Kind::Fence,
         Kind::Waited,
         Kind::Forced,
         Kind::Process,
         Kind::Readers,
         Kind::Intents,
+        Kind::Slots,
     ];
 
     /// What goes between `<prefix>:` and the body.
@@ -130,6 +134,7 @@ impl Kind {
             Kind::Process => b"#process:",
             Kind::Readers => b"#readers:",
             Kind::Intents => b"#intents:",
+            Kind::Slots => b"#slots:",
         }
     }
 }

@@ -78,6 +78,11 @@ pub fn intents_key(name: &str) -> String {
     format!("distlock:#intents:{}", body(name))
 }
 
+/// A semaphore's permit slots.
+pub fn slots_key(name: &str) -> String {
+    format!("distlock:#slots:{}", body(name))
+}
+
 /// The lock key's remaining ttl in ms as the server sees it (-2: no key).
 pub async fn pttl(server: &RedisServer, name: &str) -> i64 {
     use redis::AsyncCommands;

@@ -437,6 +437,17 @@ pub(crate) fn parse_acquire(
     let Value::Array(items) = reply else {
         return Err(malformed());
     };
+    // A fenced permit: its token and its permit slot (a semaphore is never part of a set).
+    if let (LockMode::Semaphore, [Value::Int(1), Value::Int(fence), Value::Int(slot)]) =
+        (requested, items.as_slice())
+    {
+        return match (u64::try_from(*fence), u32::try_from(*slot)) {
+            (Ok(fence), Ok(slot)) => Ok(Attempt::Acquired {
+                fence: Some(FencingToken::new(fence).in_slot(slot)),
+            }),
+            _ => Err(malformed()),
+        };
+    }
     // The name an answer concerns: its place in the set, from 1, when the script says (a
     // semaphore's `{-4, recorded, asked}` is three items of its own).
     let (items, member) = match items.as_slice() {

@@ -5,6 +5,6 @@
 -- no release falls between the two unheard. The mark lives ARGV[1] ms, the election's ttl;
 -- the observer reads (and marks) again by then. A free lock is marked too: the next holder's
 -- release then publishes, which observers want to hear.
--- KEYS[6] the lock's waited-for mark (its slot; KEYS[1] to KEYS[5] are the inspection's),
+-- KEYS[7] the lock's waited-for mark (its slot; KEYS[1] to KEYS[6] are the inspection's),
 -- ARGV[1] the mark's lifetime in milliseconds.
-redis.call('set', KEYS[6], '1', 'PX', ARGV[1])
+redis.call('set', KEYS[7], '1', 'PX', ARGV[1])

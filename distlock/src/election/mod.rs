@@ -151,8 +151,8 @@ mod tests {
         let src = observe::script_source();
         assert!(src.starts_with(include_str!("mark.lua")));
         assert!(src.ends_with(include_str!("../inspect/inspect.lua")));
-        assert!(include_str!("mark.lua").contains("KEYS[6]"));
-        assert!(!include_str!("../inspect/inspect.lua").contains("KEYS[6]"));
+        assert!(include_str!("mark.lua").contains("KEYS[7]"));
+        assert!(!include_str!("../inspect/inspect.lua").contains("KEYS[7]"));
         assert!(!include_str!("../inspect/inspect.lua").contains("ARGV"));
     }
 }

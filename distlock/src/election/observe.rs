@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use crate::algorithm::{evalsha, Lua};
 use crate::error::Error;
 use crate::identity::Described;
-use crate::inspect::{parse_info, Holder, LockInfo};
+use crate::inspect::{inspected_keys, parse_info, Holder, LockInfo, INSPECTED_KEYS};
 use crate::key::{Kind, LockKey};
 use crate::lease;
 use crate::mode::LockMode;
@@ -254,13 +254,14 @@ impl Watcher {
     async fn read(&mut self) -> Result<Seen, Error> {
         let shared = self.shared.clone();
         let key = &self.key;
-        let mut cmd = evalsha(&OBSERVE, 6, 7, 6 * key.lock().len() + 80);
-        cmd.arg(key.lock())
-            .arg(key.helper_arg(Kind::Fence))
-            .arg(key.helper_arg(Kind::Forced))
-            .arg(key.helper_arg(Kind::Readers))
-            .arg(key.helper_arg(Kind::Intents))
-            .arg(key.helper_arg(Kind::Waited))
+        let mut cmd = evalsha(
+            &OBSERVE,
+            INSPECTED_KEYS + 1,
+            INSPECTED_KEYS + 2,
+            7 * key.lock().len() + 80,
+        );
+        inspected_keys(&mut cmd, key);
+        cmd.arg(key.helper_arg(Kind::Waited))
             .arg(self.ttl.as_millis().to_string());
         // An election's lock is a setnx lock: it has no permits.
         let parse = |reply| parse_info(key, reply).map(|(info, holder, _)| (info, holder));

@@ -15,6 +15,15 @@
 //! longer than that after its successor's last write could write once more. Tokens have the
 //! clock floor of docs/design.md, so this is the same bound as the fencing counter's.
 //!
+//! A semaphore permit's token (one with a [`slot`](FencingToken::slot)) is compared with the
+//! mark of its permit slot alone, [`permit_mark_key`]`(k, slot)`:
+//! `{<tag>}:#fence-mark#<slot>:<k>`, in the same Cluster slot and kept the same way. So the
+//! expired holder of a permit slot is refused once that slot's next holder wrote, and a live
+//! holder of another slot never is: with N permits there are N holders at once, and one mark
+//! for all of them would refuse every one but the newest. A lock's token (no slot) is compared
+//! with the key's one mark; a key guarded by a lock and a semaphore at once has both, and
+//! neither orders the other.
+//!
 //! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
 //! redis-rs async connection. Each write takes its token from what the holder has in hand
 //! ([`TokenSource`]): `distlock::lease()` in a locked fn, `&guard`, `&leadership`, or a
@@ -201,13 +210,28 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         int(&v)
     }
 
-    /// The highest token `key` has seen (its mark), if any write to it was fenced lately.
+    /// The highest lock token `key` has seen (its mark), if any write to it was fenced lately.
     pub async fn highest_token(
         &mut self,
         key: impl AsRef<[u8]>,
     ) -> Result<Option<FencingToken>, Error> {
+        self.read_mark(&mark_key(key.as_ref())).await
+    }
+
+    /// The highest token of semaphore permit slot `slot` that `key` has seen (that slot's
+    /// mark), if any write to it from that slot was fenced lately.
+    pub async fn highest_permit_token(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        slot: u32,
+    ) -> Result<Option<FencingToken>, Error> {
+        let mark = self.read_mark(&permit_mark_key(key.as_ref(), slot)).await?;
+        Ok(mark.map(|token| token.in_slot(slot)))
+    }
+
+    async fn read_mark(&mut self, mark: &[u8]) -> Result<Option<FencingToken>, Error> {
         let mark: Option<u64> = redis::cmd("GET")
-            .arg(mark_key(key.as_ref()))
+            .arg(mark)
             .query_async(&mut self.conn)
             .await
             .map_err(failed)?;
@@ -222,9 +246,13 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         op: &str,
         args: impl FnOnce(&mut redis::Cmd),
     ) -> Result<Value, Error> {
+        let mark = match token.slot() {
+            Some(slot) => permit_mark_key(key, slot),
+            None => mark_key(key),
+        };
         let mut cmd = evalsha(&WRITE, 2, 7, 2 * key.len() + 64);
         cmd.arg(key)
-            .arg(mark_key(key))
+            .arg(mark)
             .arg(token)
             .arg(self.mark_kept_ms)
             .arg(op);
@@ -235,7 +263,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
                 [Value::Int(1), result] => Ok(result.clone()),
                 [Value::Int(0), highest] => Err(Error::StaleToken {
                     token,
-                    highest: highest_of(highest),
+                    highest: match token.slot() {
+                        Some(slot) => highest_of(highest).in_slot(slot),
+                        None => highest_of(highest),
+                    },
                 }),
                 _ => Err(unexpected()),
             },
@@ -255,12 +286,32 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
 /// assert_eq!(mark_key(b"order:42"), b"{633}:#fence-mark:order:42");
 /// ```
 pub fn mark_key(key: &[u8]) -> Vec<u8> {
+    mark_in_slot(key, "")
+}
+
+/// The key that holds `key`'s mark for the tokens of semaphore permit slot `permit_slot`:
+/// `{<tag>}:#fence-mark#<permit_slot>:<key>`, beside [`mark_key`]'s and in the same Redis
+/// Cluster slot. Each permit slot's tokens are compared with its own mark.
+///
+/// ```
+/// use distlock::fenced::permit_mark_key;
+///
+/// assert_eq!(permit_mark_key(b"order:42", 3), b"{633}:#fence-mark#3:order:42");
+/// ```
+pub fn permit_mark_key(key: &[u8], permit_slot: u32) -> Vec<u8> {
+    mark_in_slot(key, &format!("#{permit_slot}"))
+}
+
+/// `{<tag>}:#fence-mark<infix>:<key>`: after the suffix comes `:` for a lock's mark and `#`
+/// for a permit slot's, so no two marks share a key.
+fn mark_in_slot(key: &[u8], infix: &str) -> Vec<u8> {
     let tag = SLOT_TAGS[usize::from(slot(key))].to_string();
-    let mut mark = Vec::with_capacity(tag.len() + MARK_SUFFIX.len() + key.len() + 3);
+    let mut mark = Vec::with_capacity(tag.len() + MARK_SUFFIX.len() + infix.len() + key.len() + 3);
     mark.push(b'{');
     mark.extend_from_slice(tag.as_bytes());
     mark.push(b'}');
     mark.extend_from_slice(MARK_SUFFIX);
+    mark.extend_from_slice(infix.as_bytes());
     mark.push(b':');
     mark.extend_from_slice(key);
     mark
@@ -327,7 +378,8 @@ fn unexpected() -> Error {
 mod tests {
     use super::*;
 
-    /// The mark is in its key's slot, whatever braces the key holds, and each key has its own.
+    /// The marks are in their key's slot, whatever braces the key holds, and each key and each
+    /// permit slot of it has its own.
     #[test]
     fn a_mark_lives_in_its_keys_slot() {
         let keys = [
@@ -346,8 +398,16 @@ mod tests {
             let mark = mark_key(key);
             assert_eq!(slot(&mark), slot(key), "{key:?} -> {mark:?}");
         }
-        let marks: std::collections::HashSet<Vec<u8>> = keys.iter().map(|k| mark_key(k)).collect();
-        assert_eq!(marks.len(), keys.len());
+        let mut marks: std::collections::HashSet<Vec<u8>> =
+            keys.iter().map(|k| mark_key(k)).collect();
+        for key in keys {
+            for permit_slot in [0, 1, 10, u32::MAX] {
+                let mark = permit_mark_key(key, permit_slot);
+                assert_eq!(slot(&mark), slot(key), "{key:?} -> {mark:?}");
+                assert!(marks.insert(mark), "{key:?} {permit_slot}");
+            }
+        }
+        assert_eq!(marks.len(), keys.len() * 5);
         assert!(SLOT_TAGS.iter().all(|&t| t != u32::MAX));
     }
 }

@@ -88,10 +88,14 @@ const MAX_IDENTIFIER: usize = 63;
 const INSTALL_LOCK: i64 = 0x646c_6665_6e63_6531;
 
 /// The function the trigger runs. `TG_ARGV[0]` is the token column; `%I` quotes it.
+/// `TG_ARGV[1]`, when given, is the permit slots' column: element `s + 1` is permit slot
+/// `s`'s mark, and no element may go down (or go from a token to NULL).
 const FUNCTION_BODY: &str = r#"RETURNS trigger LANGUAGE plpgsql AS $distlock$
 DECLARE
     written bigint;
     highest bigint;
+    marks bigint[];
+    old_marks bigint[];
 BEGIN
     EXECUTE format('SELECT ($1).%1$I::bigint, ($2).%1$I::bigint', TG_ARGV[0])
         INTO written, highest USING NEW, OLD;
@@ -103,6 +107,23 @@ BEGIN
                 coalesce(written::text, 'NULL'), TG_TABLE_SCHEMA, TG_TABLE_NAME, highest),
             DETAIL = format('token=%s highest=%s', written, highest),
             HINT = 'a newer holder of the lock wrote; take the lock again to write';
+    END IF;
+    IF TG_NARGS > 1 THEN
+        EXECUTE format('SELECT ($1).%1$I::bigint[], ($2).%1$I::bigint[]', TG_ARGV[1])
+            INTO marks, old_marks USING NEW, OLD;
+        FOR i IN coalesce(array_lower(old_marks, 1), 1)..coalesce(array_upper(old_marks, 1), 0) LOOP
+            IF old_marks[i] IS NOT NULL AND (marks[i] IS NULL OR marks[i] < old_marks[i]) THEN
+                RAISE EXCEPTION USING
+                    ERRCODE = 'check_violation',
+                    CONSTRAINT = 'distlock_fence',
+                    MESSAGE = format(
+                        'stale fencing token %s of permit slot %s for %I.%I: %s was written already',
+                        coalesce(marks[i]::text, 'NULL'), i - 1, TG_TABLE_SCHEMA, TG_TABLE_NAME,
+                        old_marks[i]),
+                    DETAIL = format('token=%s slot=%s highest=%s', marks[i], i - 1, old_marks[i]),
+                    HINT = 'a newer holder of the permit slot wrote; take a permit again to write';
+            END IF;
+        END LOOP;
     END IF;
     RETURN NEW;
 END
@@ -119,6 +140,7 @@ pub struct Fence {
     schema: Option<String>,
     table: String,
     column: String,
+    slots: Option<String>,
 }
 
 impl Fence {
@@ -129,7 +151,28 @@ impl Fence {
             schema: None,
             table: table.into(),
             column: column.into(),
+            slots: None,
         }
+    }
+
+    /// The rows also keep a mark per semaphore permit slot, in `column` (`bigint[]`: element
+    /// `s + 1` is slot `s`'s mark), so that they take the tokens of fenced permits
+    /// ([`FencingToken::slot`]): a permit's token is compared with its slot's mark only, and
+    /// refused when that slot's next holder wrote, never because a holder of another slot
+    /// did. A lock's token is still compared with the token column.
+    ///
+    /// ```
+    /// use distlock::fenced::postgres::Fence;
+    ///
+    /// let fence = Fence::new("shards", "fencing_token").permit_slots("fencing_slots");
+    /// assert!(fence.schema_sql()?.contains(
+    ///     r#"ADD COLUMN IF NOT EXISTS "fencing_slots" bigint[] NOT NULL DEFAULT '{}'"#
+    /// ));
+    /// # Ok::<(), distlock::Error>(())
+    /// ```
+    pub fn permit_slots(mut self, column: impl Into<String>) -> Fence {
+        self.slots = Some(column.into());
+        self
     }
 
     /// The table is in `schema` (the trigger function is created there too).
@@ -140,14 +183,24 @@ impl Fence {
 
     /// The statements [`install`](Self::install) runs, for a migration tool: the trigger
     /// function (created or replaced), the token column (`bigint NOT NULL DEFAULT 0`, added
-    /// if missing; an existing column is left as it is) and the trigger on the table (created
-    /// or replaced; PostgreSQL 14 or later). Idempotent.
+    /// if missing; an existing column is left as it is), the permit slots' column if asked
+    /// for ([`permit_slots`](Self::permit_slots): `bigint[] NOT NULL DEFAULT '{}'`, the same
+    /// way) and the trigger on the table (created or replaced; PostgreSQL 14 or later).
+    /// Idempotent.
     pub fn schema_sql(&self) -> Result<String, Error> {
         let table = self.table()?;
         let column = ident(&self.column)?;
         let function = self.function()?;
         let trigger = ident(&trigger_name(&self.column))?;
-        let argument = literal(&self.column);
+        let mut argument = literal(&self.column);
+        let mut slots_column = String::new();
+        if let Some(slots) = &self.slots {
+            let _ = write!(argument, ", {}", literal(slots));
+            slots_column = format!(
+                "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {} bigint[] NOT NULL DEFAULT '{{}}';\n",
+                ident(slots)?
+            );
+        }
         let mut sql = String::new();
         let _ = writeln!(sql, "SELECT pg_advisory_xact_lock({INSTALL_LOCK});");
         let _ = writeln!(
@@ -158,6 +211,7 @@ impl Fence {
             sql,
             "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} bigint NOT NULL DEFAULT 0;"
         );
+        sql.push_str(&slots_column);
         let _ = writeln!(
             sql,
             "CREATE OR REPLACE TRIGGER {trigger} BEFORE UPDATE ON {table} \
@@ -178,7 +232,8 @@ impl Fence {
     /// Inserts the row, or updates the row with the same `key`, writing `values` and `token`:
     /// `INSERT .. ON CONFLICT (key columns) DO UPDATE`. Refused with [`Error::StaleToken`]
     /// when the row holds a higher token (nothing changed); an equal token writes (one holder
-    /// may write several times in one tenure).
+    /// may write several times in one tenure). A permit's token is written to (and compared
+    /// with) its slot's mark: see [`permit_slots`](Self::permit_slots).
     ///
     /// `key` and `values` are `(column, value)` pairs; the key columns need a unique index.
     pub async fn upsert(
@@ -189,14 +244,15 @@ impl Fence {
         token: impl TokenSource,
     ) -> Result<(), Error> {
         let token = token.token()?;
-        let sql = self.upsert_sql(key, values)?;
-        let token_sql = sql_token(token)?;
-        // As the statement numbers them: keys, values, token.
+        let sql = self.upsert_sql(key, values, token.slot())?;
+        let (token_sql, subscript) = (sql_token(token)?, subscript(token)?);
+        // As the statement numbers them: keys, values, token, the slot's subscript.
         let params: Vec<&(dyn ToSql + Sync)> = key
             .iter()
             .chain(values)
             .map(|(_, v)| *v)
             .chain([&token_sql as _])
+            .chain(subscript.as_ref().map(|s| s as _))
             .collect();
         db.execute(&sql, &params)
             .await
@@ -206,7 +262,9 @@ impl Fence {
 
     /// Updates the rows whose columns equal `key`, writing `values` and `token`; the number
     /// of rows updated (0 when none has that key: nothing is inserted). Refused with
-    /// [`Error::StaleToken`] when a row holds a higher token (nothing changed).
+    /// [`Error::StaleToken`] when a row holds a higher token (nothing changed). A permit's
+    /// token is written to (and compared with) its slot's mark: see
+    /// [`permit_slots`](Self::permit_slots).
     pub async fn update(
         &self,
         db: &(impl GenericClient + Sync),
@@ -215,13 +273,14 @@ impl Fence {
         token: impl TokenSource,
     ) -> Result<u64, Error> {
         let token = token.token()?;
-        let sql = self.update_sql(key, values)?;
-        let token_sql = sql_token(token)?;
-        // As the statement numbers them: values, token, keys.
+        let sql = self.update_sql(key, values, token.slot())?;
+        let (token_sql, subscript) = (sql_token(token)?, subscript(token)?);
+        // As the statement numbers them: values, token, the slot's subscript, keys.
         let params: Vec<&(dyn ToSql + Sync)> = values
             .iter()
             .map(|(_, v)| *v)
             .chain([&token_sql as _])
+            .chain(subscript.as_ref().map(|s| s as _))
             .chain(key.iter().map(|(_, v)| *v))
             .collect();
         db.execute(&sql, &params)
@@ -229,11 +288,37 @@ impl Fence {
             .map_err(|e| refused_or_store(e, token))
     }
 
-    /// `INSERT INTO t (k.., v.., token) VALUES ($1..) ON CONFLICT (k..) DO UPDATE SET v = EXCLUDED.v.., token = EXCLUDED.token`.
+    /// Where a token of `slot` goes, its parameter `$t` and the slot's subscript `$t+1`: the
+    /// column written, its value on insert, its assignment on update.
+    fn mark(&self, slot: Option<u32>, t: usize) -> Result<[String; 3], Error> {
+        if slot.is_none() {
+            let token = ident(&self.column)?;
+            let assign = format!("{token} = ${t}");
+            return Ok([token, format!("${t}"), assign]);
+        }
+        let Some(slots) = &self.slots else {
+            return Err(Error::config(
+                "a semaphore permit's token needs a fence that keeps permit slots (Fence::permit_slots)",
+            ));
+        };
+        let slots = ident(slots)?;
+        let s = t + 1;
+        Ok([
+            slots.clone(),
+            format!(
+                "array_append(array_fill(NULL::bigint, ARRAY[${s}::integer - 1]), ${t}::bigint)"
+            ),
+            format!("{slots}[${s}::integer] = ${t}::bigint"),
+        ])
+    }
+
+    /// `INSERT INTO t (k.., v.., token) VALUES ($1..) ON CONFLICT (k..) DO UPDATE SET v = EXCLUDED.v.., token = $n`
+    /// (for a permit's token, the slots' column and its slot's element in place of `token`).
     fn upsert_sql(
         &self,
         key: &[(&str, &(dyn ToSql + Sync))],
         values: &[(&str, &(dyn ToSql + Sync))],
+        slot: Option<u32>,
     ) -> Result<String, Error> {
         if key.is_empty() {
             return Err(Error::config(
@@ -241,18 +326,21 @@ impl Fence {
             ));
         }
         let table = self.table()?;
-        let token = ident(&self.column)?;
         let keys = idents(key)?;
         let written = idents(values)?;
         let all: Vec<&str> = keys.iter().chain(&written).map(String::as_str).collect();
-        let placeholders: Vec<String> = (1..=all.len() + 1).map(|n| format!("${n}")).collect();
+        let [column, inserted, assigned] = self.mark(slot, all.len() + 1)?;
+        let placeholders: Vec<String> = (1..=all.len())
+            .map(|n| format!("${n}"))
+            .chain([inserted])
+            .collect();
         let set: Vec<String> = written
             .iter()
-            .chain([&token])
             .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .chain([assigned])
             .collect();
         Ok(format!(
-            "INSERT INTO {table} ({}, {token}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}",
+            "INSERT INTO {table} ({}, {column}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}",
             all.join(", "),
             placeholders.join(", "),
             keys.join(", "),
@@ -260,11 +348,13 @@ impl Fence {
         ))
     }
 
-    /// `UPDATE t SET v = $1.., token = $n WHERE k = $n+1 AND ..`.
+    /// `UPDATE t SET v = $1.., token = $n WHERE k = $n+1 AND ..` (for a permit's token, its
+    /// slot's element of the slots' column, and the keys from `$n+2`).
     fn update_sql(
         &self,
         key: &[(&str, &(dyn ToSql + Sync))],
         values: &[(&str, &(dyn ToSql + Sync))],
+        slot: Option<u32>,
     ) -> Result<String, Error> {
         if key.is_empty() {
             return Err(Error::config(
@@ -272,20 +362,23 @@ impl Fence {
             ));
         }
         let table = self.table()?;
-        let token = ident(&self.column)?;
         let written = idents(values)?;
         let keys = idents(key)?;
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            format!("${n}")
-        };
+        let [_, _, assigned] = self.mark(slot, written.len() + 1)?;
+        let mut n = written.len() + 1 + usize::from(slot.is_some());
         let set: Vec<String> = written
             .iter()
-            .chain([&token])
-            .map(|c| format!("{c} = {}", next()))
+            .enumerate()
+            .map(|(i, c)| format!("{c} = ${}", i + 1))
+            .chain([assigned])
             .collect();
-        let filter: Vec<String> = keys.iter().map(|c| format!("{c} = {}", next())).collect();
+        let filter: Vec<String> = keys
+            .iter()
+            .map(|c| {
+                n += 1;
+                format!("{c} = ${n}")
+            })
+            .collect();
         Ok(format!(
             "UPDATE {table} SET {} WHERE {}",
             set.join(", "),
@@ -345,19 +438,37 @@ fn refusal(error: &tokio_postgres::Error) -> Option<FencingToken> {
     if db.code() != &SqlState::CHECK_VIOLATION || db.constraint() != Some(REFUSAL_CONSTRAINT) {
         return None;
     }
-    // `token=<n> highest=<n>`; a detail that does not parse still is a refusal.
-    let highest = db
-        .detail()
-        .and_then(|d| d.rsplit_once("highest="))
+    // `token=<n> [slot=<n>] highest=<n>`; a detail that does not parse still is a refusal.
+    let detail = db.detail().unwrap_or_default();
+    let highest = detail
+        .rsplit_once("highest=")
         .and_then(|(_, n)| n.trim().parse().ok())
         .unwrap_or(u64::MAX);
-    Some(FencingToken::new(highest))
+    let highest = FencingToken::new(highest);
+    let slot = detail
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("slot=")?.parse().ok());
+    Some(slot.map_or(highest, |slot| highest.in_slot(slot)))
 }
 
 fn store(error: tokio_postgres::Error) -> Error {
     Error::Store {
         source: Box::new(error),
     }
+}
+
+/// A permit's token's slot as the array subscript of its mark (slot + 1), if it has one.
+fn subscript(token: FencingToken) -> Result<Option<i32>, Error> {
+    token
+        .slot()
+        .map(|slot| {
+            i32::try_from(u64::from(slot) + 1).map_err(|_| {
+                Error::config(format!(
+                    "permit slot {slot} is beyond what a PostgreSQL array holds"
+                ))
+            })
+        })
+        .transpose()
 }
 
 /// Tokens distlock mints are below 2⁶³; one made by hand above is refused before it is sent.
@@ -446,14 +557,14 @@ mod tests {
         let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id), ("owner", &owner)];
         let values: &[(&str, &(dyn ToSql + Sync))] = &[("balance", &balance)];
         assert_eq!(
-            fence.upsert_sql(key, values).unwrap(),
-            r#"INSERT INTO "billing"."accounts" ("id", "owner", "balance", "fencing_token") VALUES ($1, $2, $3, $4) ON CONFLICT ("id", "owner") DO UPDATE SET "balance" = EXCLUDED."balance", "fencing_token" = EXCLUDED."fencing_token""#
+            fence.upsert_sql(key, values, None).unwrap(),
+            r#"INSERT INTO "billing"."accounts" ("id", "owner", "balance", "fencing_token") VALUES ($1, $2, $3, $4) ON CONFLICT ("id", "owner") DO UPDATE SET "balance" = EXCLUDED."balance", "fencing_token" = $4"#
         );
         assert_eq!(
-            fence.update_sql(key, values).unwrap(),
+            fence.update_sql(key, values, None).unwrap(),
             r#"UPDATE "billing"."accounts" SET "balance" = $1, "fencing_token" = $2 WHERE "id" = $3 AND "owner" = $4"#
         );
-        assert!(fence.update_sql(&[], values).is_err());
+        assert!(fence.update_sql(&[], values, None).is_err());
         // What `refusal` looks for is what the trigger raises.
         assert!(FUNCTION_BODY.contains(&format!("CONSTRAINT = '{REFUSAL_CONSTRAINT}'")));
         assert!(FUNCTION_BODY.contains("ERRCODE = 'check_violation'"));
@@ -463,6 +574,22 @@ mod tests {
         );
         assert!(sql.contains(
             r#"EXECUTE FUNCTION "billing"."distlock_refuse_stale_token"('fencing_token');"#
+        ));
+        // A permit's token: its slot's element, the subscript after the token.
+        assert!(fence.upsert_sql(key, values, Some(0)).is_err(), "no slots");
+        let fence = fence.permit_slots("fencing_slots");
+        assert_eq!(
+            fence.upsert_sql(key, values, Some(2)).unwrap(),
+            r#"INSERT INTO "billing"."accounts" ("id", "owner", "balance", "fencing_slots") VALUES ($1, $2, $3, array_append(array_fill(NULL::bigint, ARRAY[$5::integer - 1]), $4::bigint)) ON CONFLICT ("id", "owner") DO UPDATE SET "balance" = EXCLUDED."balance", "fencing_slots"[$5::integer] = $4::bigint"#
+        );
+        assert_eq!(
+            fence.update_sql(key, values, Some(2)).unwrap(),
+            r#"UPDATE "billing"."accounts" SET "balance" = $1, "fencing_slots"[$3::integer] = $2::bigint WHERE "id" = $4 AND "owner" = $5"#
+        );
+        assert_eq!(subscript(FencingToken::new(9).in_slot(2)).unwrap(), Some(3));
+        assert!(subscript(FencingToken::new(9).in_slot(u32::MAX)).is_err());
+        assert!(fence.schema_sql().unwrap().contains(
+            r#"EXECUTE FUNCTION "billing"."distlock_refuse_stale_token"('fencing_token', 'fencing_slots');"#
         ));
     }
 }

@@ -2,7 +2,8 @@
 -- operators (`Client::force_unlock`): the holder's next renewal is refused, so its guard
 -- reports the lease lost; a fencing token keeps its successor's writes ordered after it.
 -- KEYS[1] lock key (its string is also its wake-up channel), KEYS[2] last forced unlock
--- record, KEYS[3] and KEYS[4] a read/write lock's readers and intents (all one slot)
+-- record, KEYS[3] and KEYS[4] a read/write lock's readers and intents, KEYS[5] a semaphore's
+-- permit slots (all one slot)
 -- ARGV[1] reason, ARGV[2] who forces it (host and pid), ARGV[3] how long the record is kept
 -- in ms, ARGV[4] 's' to publish with SPUBLISH (Redis Cluster, where the waiters listen on
 -- sharded pub/sub)
@@ -36,8 +37,9 @@ else
     owner = redis.call('hget', KEYS[1], 'writer') or 'readers'
   end
 end
--- A read/write lock's helpers go with it (for any other mode they hold nothing).
-redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+-- A read/write lock's and a semaphore's helpers go with it (for any other mode they hold
+-- nothing).
+redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[5])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('del', KEYS[2])

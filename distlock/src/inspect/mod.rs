@@ -135,12 +135,13 @@ impl LockInfo {
 /// that finds it held; its holders completed from their processes' records.
 pub(crate) async fn read(shared: &Shared, name: &[u8]) -> Result<LockInfo, Error> {
     let key = shared.key(name)?;
-    let mut cmd = evalsha(&INSPECT, 5, 5, 5 * key.lock().len() + 48);
-    cmd.arg(key.lock())
-        .arg(key.helper_arg(Kind::Fence))
-        .arg(key.helper_arg(Kind::Forced))
-        .arg(key.helper_arg(Kind::Readers))
-        .arg(key.helper_arg(Kind::Intents));
+    let mut cmd = evalsha(
+        &INSPECT,
+        INSPECTED_KEYS,
+        INSPECTED_KEYS,
+        INSPECTED_KEYS * key.lock().len() + 48,
+    );
+    inspected_keys(&mut cmd, &key);
     let nodes = &shared.nodes;
     let readings = nodes
         .read_every(&key, &INSPECT, &cmd, |reply| parse_info(&key, reply))
@@ -194,14 +195,15 @@ pub(crate) async fn force_unlock(
     };
     let mut cmd = evalsha(
         &FORCE_UNLOCK,
-        4,
-        8,
-        4 * key.lock().len() + reason.len() + 256,
+        5,
+        9,
+        5 * key.lock().len() + reason.len() + 256,
     );
     cmd.arg(key.lock())
         .arg(key.helper_arg(Kind::Forced))
         .arg(key.helper_arg(Kind::Readers))
         .arg(key.helper_arg(Kind::Intents))
+        .arg(key.helper_arg(Kind::Slots))
         .arg(reason)
         .arg(&by)
         .arg(FORCED_RECORD_KEPT.as_millis() as u64)
@@ -295,6 +297,20 @@ fn described(owner: String, text: &str) -> (Holder, Option<Described>) {
     (h, None)
 }
 
+/// How many keys the inspection script reads (`inspect.lua`'s KEYS).
+pub(crate) const INSPECTED_KEYS: usize = 6;
+
+/// The inspection script's KEYS, in its order: the lock, its fencing counter, its last forced
+/// unlock, a read/write lock's readers and intents, a semaphore's permit slots.
+pub(crate) fn inspected_keys(cmd: &mut redis::Cmd, key: &LockKey) {
+    cmd.arg(key.lock())
+        .arg(key.helper_arg(Kind::Fence))
+        .arg(key.helper_arg(Kind::Forced))
+        .arg(key.helper_arg(Kind::Readers))
+        .arg(key.helper_arg(Kind::Intents))
+        .arg(key.helper_arg(Kind::Slots));
+}
+
 /// The lock's state, and the descriptions of its reported holder and of a semaphore's
 /// permits where they point to a process's record.
 pub(crate) type Parsed = (LockInfo, Option<Described>, Vec<Option<Described>>);
@@ -312,7 +328,8 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
     let Value::Array(items) = reply else {
         return Err(bad());
     };
-    let [kind, pttl, payload, counter, forced, now, readers, intents] = items.as_slice() else {
+    let [kind, pttl, payload, counter, forced, now, readers, intents, slots] = items.as_slice()
+    else {
         return Err(bad());
     };
     let kind = text(kind).ok_or_else(bad)?;
@@ -400,12 +417,14 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
         }
         "zset" if pttl.is_some() => {
             info.remaining = pttl;
-            permits_read = semaphore::parse(&mut info, &pairs(payload), now).ok_or_else(|| {
-                Error::WrongType {
-                    name: key.name().to_owned(),
-                    found: "sorted set that is not a semaphore".to_owned(),
-                }
-            })?;
+            let members = pairs(payload);
+            permits_read =
+                semaphore::parse(&mut info, &members, &pairs(slots), now).ok_or_else(|| {
+                    Error::WrongType {
+                        name: key.name().to_owned(),
+                        found: "sorted set that is not a semaphore".to_owned(),
+                    }
+                })?;
         }
         other => {
             return Err(Error::WrongType {

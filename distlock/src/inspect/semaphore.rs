@@ -2,6 +2,7 @@
 //! its holders recorded and the permits held, read as the scripts would (a lease that has
 //! ended by the server's clock counts as gone; layout in `semaphore/prelude.lua`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{described, Holder, LockInfo};
@@ -17,17 +18,25 @@ pub struct Permit {
     pub holder: Holder,
     /// Its lease's remaining time.
     pub remaining: Duration,
+    /// Its permit slot (0 to N-1), when it was taken with fencing: see
+    /// [`FencingToken::slot`](crate::FencingToken::slot).
+    pub slot: Option<u32>,
 }
 
-/// Fills `info` from the sorted set's members and scores (lowest score first); returns each
-/// permit's description where it points to a process's record, or `None` when the set is not
-/// a semaphore (it has no recorded limit).
+/// Fills `info` from the sorted set's members and scores (lowest score first) and the permit
+/// slots' fields (owner, slot); returns each permit's description where it points to a
+/// process's record, or `None` when the set is not a semaphore (it has no recorded limit).
 pub(super) fn parse(
     info: &mut LockInfo,
     members: &[(String, String)],
+    slots: &[(String, String)],
     now: i64,
 ) -> Option<Vec<Option<Described>>> {
     members.iter().find(|(member, _)| member == "permits")?;
+    let slots: HashMap<&str, u32> = slots
+        .iter()
+        .filter_map(|(owner, slot)| Some((owner.as_str(), slot.parse().ok()?)))
+        .collect();
     let mut descriptions = Vec::new();
     for (member, score) in members {
         let Ok(score) = score.parse::<f64>() else {
@@ -41,11 +50,13 @@ pub(super) fn parse(
         if ends <= now {
             continue;
         }
+        let slot = slots.get(member.as_str()).copied();
         let (owner, description) = member.split_once('\t').unwrap_or((member, ""));
         let (holder, d) = described(owner.to_owned(), description);
         info.permit_holders.push(Permit {
             holder,
             remaining: Duration::from_millis((ends - now) as u64),
+            slot,
         });
         descriptions.push(d);
     }

@@ -87,6 +87,7 @@ fn the_layout_as_documented() {
     assert_eq!(key("x").helper(Kind::Forced), b"p:#forced:{x}");
     assert_eq!(key("x").helper(Kind::Readers), b"p:#readers:{x}");
     assert_eq!(key("x").helper(Kind::Intents), b"p:#intents:{x}");
+    assert_eq!(key("x").helper(Kind::Slots), b"p:#slots:{x}");
     assert_eq!(record_key("p", "ABCDEFGH"), b"p:#process:{ABCDEFGH}");
     assert_eq!(record_key("", "ABCDEFGH"), b"#process:{ABCDEFGH}");
     let bare = LockKey::new("", b"order:{42}", 1024).unwrap();
@@ -179,6 +180,8 @@ fn adversarial_name() -> impl Strategy<Value = String> {
         "intents",
         "#readers:",
         "#intents:",
+        "slots",
+        "#slots:",
         "#fence:",
         "#waited:",
         "#process:",

@@ -14,6 +14,10 @@
 //! value), so every acquisition is a permit of its own: a task may hold several permits of
 //! one semaphore, one per guard.
 //!
+//! Beside it, at the helper key `#slots` (same Cluster slot), a hash from each fenced permit's
+//! owner to its **permit slot** (0 to N-1); a slot is held while its owner is a member of the
+//! sorted set, and the hash lives and goes with the set.
+//!
 //! # What the common designs get wrong, and what this does instead
 //!
 //! * **Each permit's lease is its own.** A counter with one expiry for the whole key (the
@@ -45,18 +49,24 @@
 //! permit's lease would end, which the busy answer reports). The batched watchdog renews each
 //! permit with the extend script, which renews that permit alone. A fenced acquisition mints a
 //! token from the name's fencing counter, as the other modes do: tokens grow with every fenced
-//! permit taken, so the permits held at one time have distinct tokens.
+//! permit taken, so the permits held at one time have distinct tokens. It also takes the
+//! lowest permit slot no live fenced permit holds (a retry keeps its own), reported with the
+//! token (`{1, token, slot}`), so that a resource can keep one mark per slot and refuse only
+//! the expired holder of a slot, never a live holder of another (docs/design.md, "Fenced
+//! permits").
 
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::key::Kind;
 use crate::mode::LockMode;
 
 #[cfg(test)]
 mod tests;
 
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (type check,
-/// expired permits dropped, the key's expiry), then the body.
+/// expired permits dropped, the keys' expiry), then the body. KEYS: the sorted set, the
+/// permit slots, then (a fenced acquisition) the fencing counter.
 macro_rules! script {
     ($body:literal) => {
         crate::algorithm::Lua::new(concat!(
@@ -75,7 +85,7 @@ pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     quorum: false,
     plain_acquire: false,
     waited_mark: false,
-    helpers: &[],
+    helpers: &[Kind::Slots],
     intents: false,
     acquire: script!("acquire.lua"),
     release: script!("release.lua"),

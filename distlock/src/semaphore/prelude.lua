@@ -7,6 +7,13 @@
 --                      took it, for inspection); score: when its lease ends, server ms
 -- An owner token always holds a tab, so no owner is spelled 'permits'; the limit's negative
 -- score keeps it first in the order and out of every range of lease ends.
+--
+-- KEYS[2], the permit slots (a hash in the same slot), holds each fenced permit's slot:
+--   field <owner>      value: its slot, 0 to N-1, the lowest no live fenced permit held when
+--                      it was taken
+-- A slot is held while its owner is a member of the sorted set, so it ends with that permit's
+-- own lease, renewed with it and dropped with it; a field whose owner is gone is stale, and
+-- the next fenced acquisition removes it. The hash lives and goes with the sorted set.
 -- Each permit's lease is its own score: a crashed holder's permit ends with its own lease
 -- however long the others keep renewing theirs, and frees that one permit only. Every script
 -- drops the permits whose lease has ended before it decides anything, and keeps the key's
@@ -29,6 +36,10 @@ end
 -- give when the key holds something that is not a semaphore (left untouched): {-3, mode}
 -- for a lock of another mode of the same name, {-1, type} for the application's data.
 local function load(now)
+  local slots = redis.call('type', KEYS[2]).ok
+  if slots ~= 'none' and slots ~= 'hash' then
+    return nil, {-1, slots .. ' at its permit slots'}
+  end
   local kind = redis.call('type', KEYS[1]).ok
   if kind == 'none' then
     return nil
@@ -57,19 +68,20 @@ local function load(now)
   end
   redis.call('zremrangebyscore', KEYS[1], '0', int(now))
   if redis.call('zcard', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1])
+    redis.call('del', KEYS[1], KEYS[2])
     return nil
   end
   return -limit
 end
 
--- The key lives until the latest live lease, and is deleted once no permit is held.
+-- The keys live until the latest live lease, and are deleted once no permit is held.
 local function settle(now)
   local last = redis.call('zrange', KEYS[1], '-1', '-1', 'withscores')
   local ends = tonumber(last[2])
   if not ends or ends <= now then
-    redis.call('del', KEYS[1])
+    redis.call('del', KEYS[1], KEYS[2])
     return
   end
   redis.call('pexpire', KEYS[1], int(ends - now))
+  redis.call('pexpire', KEYS[2], int(ends - now))
 end

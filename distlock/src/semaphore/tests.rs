@@ -2,11 +2,12 @@
 
 use crate::algorithm::calls_under_test::{args, ask, assert_declares, id};
 use crate::algorithm::Ask;
-use crate::key::LockKey;
+use crate::key::{Kind, LockKey};
 
+/// Every call declares the permit slots after the lock key.
 #[test]
 fn script_calls_declare_exactly_the_keys_they_touch() {
-    assert_declares(&super::SEMAPHORE, &[], &[]);
+    assert_declares(&super::SEMAPHORE, &[Kind::Slots], &[Kind::Slots]);
 }
 
 /// A semaphore's acquire always sends the waits flag, so that its number of permits has its
@@ -21,7 +22,7 @@ fn a_semaphore_sends_its_permits_after_the_waits_flag() {
             ..ask(waits, false)
         };
         let sent = args(&semaphore.acquire_script_cmd(&key, &id(""), 1000, ask));
-        assert_eq!(sent.len(), 1 + 1 + 9, "{sent:?}");
+        assert_eq!(sent.len(), 1 + 2 + 9, "{sent:?}");
         assert_eq!(sent[sent.len() - 2..], [flag.as_bytes(), b"4"]);
     }
 }

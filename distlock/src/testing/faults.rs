@@ -13,8 +13,8 @@ use crate::key::Kind;
 /// [`Lease::lost`](crate::Lease::lost), with `on_lost = "continue"`). Returns whether a hold
 /// was there.
 ///
-/// The lock's keys are deleted on every server of `client` (the holds, and a read/write
-/// lock's readers; the fencing counter and waiting writers' intents stay, as they would).
+/// The lock's keys are deleted on every server of `client` (the holds, a read/write lock's
+/// readers and a semaphore's permit slots; the fencing counter and waiting writers' intents stay, as they would).
 /// Waiters, which sleep until a release is published or at the latest until the holder's
 /// lease would end, are woken as that moment would wake them: a wake-up for all is
 /// published on the lock's channel, so each tries once now. A holder whose watchdog is off
@@ -39,6 +39,7 @@ pub async fn end_lease(client: &Client, name: impl AsRef<[u8]>) -> Result<bool, 
         let deleted: i64 = redis::cmd("DEL")
             .arg(key.lock())
             .arg(key.helper_arg(Kind::Readers))
+            .arg(key.helper_arg(Kind::Slots))
             .query_async(&mut conn)
             .await
             .map_err(|e| Error::redis(Op::ForceUnlock, key.name(), e))?;

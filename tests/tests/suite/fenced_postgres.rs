@@ -10,7 +10,7 @@ use distlock_testkit::{PostgresServer, RedisServer};
 use tokio_postgres::types::ToSql;
 
 /// A connection to `pg` (its connection task runs until the client is dropped).
-async fn connect(pg: &PostgresServer) -> tokio_postgres::Client {
+pub(crate) async fn connect(pg: &PostgresServer) -> tokio_postgres::Client {
     let (db, connection) = tokio_postgres::connect(&pg.conninfo(), tokio_postgres::NoTls)
         .await
         .expect("connect to the private PostgreSQL");

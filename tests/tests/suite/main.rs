@@ -38,6 +38,7 @@ mod reentrant;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod semaphore_fencing;
 mod servers;
 mod setnx;
 mod shutdown;

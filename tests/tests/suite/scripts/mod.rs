@@ -28,7 +28,7 @@ mod refusals;
 mod sets;
 
 /// A script's source as the library composes it: the files under `distlock/src`, in order.
-fn script(parts: &[&str]) -> String {
+pub(crate) fn script(parts: &[&str]) -> String {
     parts
         .iter()
         .map(|part| {
@@ -81,7 +81,7 @@ local redis = setmetatable({
 "#;
 
 /// Runs `source` behind [`CHECKED`] on `server`; a failure of the check fails the test.
-async fn run(
+pub(crate) async fn run(
     conn: &mut redis::aio::MultiplexedConnection,
     what: &str,
     source: &str,

@@ -299,7 +299,14 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, readers, intents],
+        &[
+            lock,
+            fence,
+            forced,
+            readers,
+            intents,
+            &rw_helper(lock, "slots"),
+        ],
         &[],
     )
     .await;
@@ -307,7 +314,7 @@ async fn read_write_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, readers, intents],
+        &[lock, forced, readers, intents, &rw_helper(lock, "slots")],
         &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
@@ -354,11 +361,12 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         .await
         .expect("SET");
     let (readers, intents) = (rw_helper(lock, "readers"), rw_helper(lock, "intents"));
+    let slots = rw_helper(lock, "slots");
     run(
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, &readers, &intents],
+        &[lock, fence, forced, &readers, &intents, &slots],
         &[],
     )
     .await;
@@ -366,7 +374,7 @@ async fn quorum_and_operator_scripts_touch_only_declared_keys_and_pass_only_stri
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, &readers, &intents],
+        &[lock, forced, &readers, &intents, &slots],
         &["why", "host=h\tpid=1", "604800000", "s"],
     )
     .await;
@@ -389,23 +397,30 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         "distlock:#forced:{sem}",
     );
     let long = "100000000";
-    // Two of two permits, the first fenced (a new counter: the clock's floor).
+    let slots = rw_helper(lock, "slots");
+    let slots = slots.as_str();
+    // Two of two permits, the first fenced (a new counter: the clock's floor) and in permit
+    // slot 0.
     let r = run(
         &mut c,
         "fenced acquire",
         &acquire,
-        &[lock, fence],
+        &[lock, slots, fence],
         &["t1\th", long, "0", "1", "", "", "1", "0", "2"],
     )
     .await;
     assert_eq!(int(&r), 1);
     let token = second(&r);
     assert!(token > 1_000_000_000_000_000, "the clock's floor: {token}");
+    assert_eq!(
+        r,
+        Value::Array(vec![Value::Int(1), Value::Int(token), Value::Int(0)])
+    );
     let r = run(
         &mut c,
         "acquire",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t2\th", "1000", "0", "1", "", "", "0", "1", "2"],
     )
     .await;
@@ -415,7 +430,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "busy",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t3\th", "1000", "0", "1", "", "", "0", "1", "2"],
     )
     .await;
@@ -425,7 +440,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "another limit",
         &acquire,
-        &[lock],
+        &[lock, slots],
         &["t3\th", "1000", "0", "1", "", "", "0", "1", "3"],
     )
     .await;
@@ -444,20 +459,37 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         .expect("ZRANGE");
     assert_eq!(scores[0], ("permits".to_owned(), "-2".to_owned()));
     assert!(scores.iter().all(|(_, s)| !s.contains('e')), "{scores:?}");
-    assert!(int(&run(&mut c, "extend", &extend, &[lock], &["t2\th", long, ""]).await) > 0);
+    assert!(
+        int(&run(
+            &mut c,
+            "extend",
+            &extend,
+            &[lock, slots],
+            &["t2\th", long, ""]
+        )
+        .await)
+            > 0
+    );
     assert_eq!(
         int(&run(
             &mut c,
             "release",
             &release,
-            &[lock],
+            &[lock, slots],
             &["t2\th", "", "", "s"]
         )
         .await),
         1
     );
     assert_eq!(
-        int(&run(&mut c, "released twice", &release, &[lock], &["t2\th"]).await),
+        int(&run(
+            &mut c,
+            "released twice",
+            &release,
+            &[lock, slots],
+            &["t2\th"]
+        )
+        .await),
         0
     );
     let inspect = script(&["inspect/inspect.lua"]);
@@ -467,7 +499,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "inspect",
         &inspect,
-        &[lock, fence, forced, &readers, &intents],
+        &[lock, fence, forced, &readers, &intents, slots],
         &[],
     )
     .await;
@@ -475,7 +507,7 @@ async fn semaphore_scripts_touch_only_declared_keys_and_pass_only_strings() {
         &mut c,
         "force unlock",
         &force,
-        &[lock, forced, &readers, &intents],
+        &[lock, forced, &readers, &intents, slots],
         &["why", "host=h\tpid=1", "604800000", ""],
     )
     .await;
