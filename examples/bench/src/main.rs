@@ -34,7 +34,8 @@ use columns::{Column, Kind};
 use report::{ClusterMeta, Meta, Results};
 use scenarios::{Entry, Plan, Scenario};
 
-const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS]
+const USAGE: &str = "usage: bench [--quick] [--rounds N] [--out DIR] [--only IDS]
+  --rounds N  rounds instead of the plan's (7; 3 with --quick)
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
   --only IDS  run only these scenarios, comma-separated (e.g. S1,S1c,S2c); the MONITOR pass
               runs only with S3, the Redis Cluster starts only with S1c or S2c; S8 (leader
@@ -69,14 +70,15 @@ fn main() -> ExitCode {
         Some(memory::CHILD_FLAG) => return memory::child(&args[2..]),
         _ => {}
     }
-    let (quick, out, only) = match parse_args() {
+    let (quick, rounds, out, only) = match parse_args() {
         Ok(args) => args,
         Err(msg) => {
             eprintln!("{msg}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    let plan = Plan::new(quick);
+    let mut plan = Plan::new(quick);
+    plan.rounds = rounds.unwrap_or(plan.rounds);
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
         .filter(|s| only.as_ref().is_none_or(|only| only.contains(s)))
@@ -148,12 +150,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>), String> {
-    let (mut quick, mut out, mut only) = (false, PathBuf::from("target/bench"), None);
+/// What the command line asks for.
+type Args = (bool, Option<usize>, PathBuf, Option<Vec<Scenario>>);
+
+fn parse_args() -> Result<Args, String> {
+    let (mut quick, mut rounds, mut out, mut only) =
+        (false, None, PathBuf::from("target/bench"), None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--rounds" => {
+                let n = args.next().ok_or("--rounds needs a number")?;
+                match n.parse::<usize>() {
+                    Ok(n) if n > 0 => rounds = Some(n),
+                    _ => return Err(format!("--rounds needs a number above 0, not `{n}`")),
+                }
+            }
             "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
             "--only" => {
                 let ids = args.next().ok_or("--only needs scenario ids")?;
@@ -175,7 +188,7 @@ fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>), String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok((quick, out, only))
+    Ok((quick, rounds, out, only))
 }
 
 /// Where the scenarios run: the single node, the five quorum nodes, and the Redis Cluster
