@@ -853,38 +853,3 @@ fn frames_beyond_the_bounds_are_errors() {
     let decoded = distlock::__fuzz::decode_stream(&deep, &[7, 100, 4000]);
     assert!(matches!(decoded.as_slice(), [Err(_)]), "{decoded:?}");
 }
-
-/// A lone caller reads its own answer: the task is polled once per round trip, when the
-/// answer arrives, not once more for nothing. (Handing out its own answer woke the waker its
-/// last wait had left registered: the task was polled twice per round trip, and on a
-/// multi-thread runtime that extra wake went through the runtime's shared queue and woke an
-/// idle worker, two context switches per round trip.)
-#[tokio::test]
-async fn a_lone_caller_is_polled_once_per_round_trip() {
-    let server = RedisServer::start();
-    let client = common::client(&server).await;
-    let cycle = || async {
-        let guard = client.lock("polls").acquire().await.expect("acquire");
-        guard.release().await.expect("release");
-    };
-    // The first cycle writes the client's record and loads the scripts: not counted.
-    cycle().await;
-    const CYCLES: usize = 50;
-    let mut cycles = Box::pin(async {
-        for _ in 0..CYCLES {
-            cycle().await;
-        }
-    });
-    let mut polls = 0;
-    std::future::poll_fn(|cx| {
-        polls += 1;
-        cycles.as_mut().poll(cx)
-    })
-    .await;
-    // Two round trips a cycle: a poll that sends and waits, one when the answer came.
-    let round_trips = 2 * CYCLES;
-    assert!(
-        polls <= round_trips + 5,
-        "{polls} polls for {round_trips} round trips"
-    );
-}
