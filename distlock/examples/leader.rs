@@ -41,7 +41,7 @@ async fn main() -> Result<(), distlock::Error> {
 /// The leader's work. It passes its term with every write: a store that refuses terms
 /// smaller than one it has seen ignores a leader that stalled past its lease while another
 /// took over.
-async fn job(term: u64) {
+async fn job(term: distlock::FencingToken) {
     let mut every_second = tokio::time::interval(Duration::from_secs(1));
     loop {
         every_second.tick().await;

@@ -241,15 +241,6 @@ pub fn answer_stream(data: &[u8]) {
     }
 }
 
-/// Test hook, for the wake-up tests (`tests/tests/rwlock_wakeups.rs`), not for fuzzing: with
-/// `on`, every waiter of this process sleeps until a release wakes it or its whole wait is
-/// spent, never only until its cap (the holder's lease, a writer's next renewal of its
-/// intent), so a wake-up that never comes shows as [`Error::Timeout`](crate::Error::Timeout)
-/// instead of a pause. Process-wide: meant for a test binary of its own.
-pub fn wake_ups_only(on: bool) {
-    crate::wait::WAKE_UPS_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Decodes `stream` as a connection does when the socket gives it in pieces cut at `cuts`
 /// (offsets, ascending): every complete frame with its length in bytes, in order, then the
 /// reason decoding stopped, if it did (bytes that are no frame, or a frame beyond the

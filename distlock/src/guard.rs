@@ -8,6 +8,7 @@ use crate::handoff::{self, Tenure, Transfer};
 use crate::lease::{self, LeaseState};
 use crate::release::{Hold, Until};
 use crate::runtime::Shared;
+use crate::token::FencingToken;
 use crate::watchdog::Watching;
 
 /// What a hold registered with the client, undone on release or drop.
@@ -36,7 +37,7 @@ pub struct Guard {
     shared: Arc<Shared>,
     /// The hold on the servers: what the release names.
     hold: Hold,
-    fence: Option<u64>,
+    fence: Option<FencingToken>,
     acquired_at: Instant,
     lease: Arc<LeaseState>,
     /// Keep the lock at least this long after it was acquired (see `LockRequest::min_hold`).
@@ -99,7 +100,7 @@ impl Guard {
     /// its tenure's number). Pass it to the resource you protect and have it refuse writes
     /// carrying a smaller one: that stops a holder that lost its lease (a long GC pause, a
     /// frozen VM) from overwriting its successor's work, which no lease alone can prevent.
-    pub fn fencing_token(&self) -> Option<u64> {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
 
@@ -367,7 +368,7 @@ impl Drop for Guard {
 
 /// What a new guard carries besides its hold.
 pub(crate) struct GuardParts {
-    pub(crate) fence: Option<u64>,
+    pub(crate) fence: Option<FencingToken>,
     pub(crate) acquired_at: Instant,
     pub(crate) lease: Arc<LeaseState>,
     pub(crate) min_hold: Option<Duration>,

@@ -139,7 +139,8 @@
 //! A lease can end while the holder is stalled (a GC pause, a frozen VM): no lease-based lock
 //! can prevent that. Take the lock with [`LockRequest::fencing`], pass
 //! [`Guard::fencing_token`] to the protected resource and let it refuse smaller tokens; that
-//! closes the gap. Tokens keep increasing across a server restart
+//! closes the gap, and [`fenced`] does it for Redis and PostgreSQL (a locked fn passes
+//! [`lease()`] to the write). Tokens keep increasing across a server restart
 //! without persistence (a new counter starts at the server's clock in microseconds).
 //!
 //! Under faults the promise rests on one rule: every call names the **acquisition** it
@@ -269,3 +270,10 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 #[path = "fuzz.rs"]
 pub mod __fuzz;
+
+// Process-wide switches for the project's own tests (feature `_test_hooks`, which only the test
+// kit's dev-dependencies turn on). Not an API: hidden, unstable, absent from every other build.
+#[cfg(feature = "_test_hooks")]
+#[doc(hidden)]
+#[path = "test_hooks.rs"]
+pub mod __test_hooks;

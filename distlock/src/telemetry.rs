@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use tracing::Span;
 
+use crate::token::FencingToken;
+
 /// The label of a lock without one.
 pub(crate) const NO_LABEL: &str = "-";
 
@@ -114,12 +116,13 @@ impl Labels {
         outcome: Outcome,
         waited: Duration,
         attempts: u32,
-        fence: Option<u64>,
+        fence: Option<FencingToken>,
         error: Option<&crate::error::Error>,
     ) {
         span.record("outcome", outcome.as_str());
         span.record("waited_ms", waited.as_millis() as u64);
         span.record("attempts", attempts);
+        let fence = fence.map(FencingToken::get);
         if let Some(fence) = fence {
             span.record("fencing_token", fence);
         }

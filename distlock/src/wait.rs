@@ -40,9 +40,10 @@ const MAX_SPREAD: Duration = Duration::from_secs(1);
 /// its caller stopped polling it.
 const PROBE_PATIENCE: Duration = Duration::from_secs(1);
 
-/// Test hook (`__fuzz::wake_ups_only`): a subscribed sleep ends only by a wake-up or with
-/// the caller's whole wait, never at its cap, so a missed wake-up shows as a timeout.
-#[cfg(any(test, feature = "_fuzzing"))]
+/// Test hook (`__test_hooks::wake_ups_only`, feature `_test_hooks`): a subscribed sleep ends
+/// only by a wake-up or with the caller's whole wait, never at its cap, so a missed wake-up
+/// shows as a timeout.
+#[cfg(feature = "_test_hooks")]
 pub(crate) static WAKE_UPS_ONLY: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
@@ -301,7 +302,7 @@ impl<'a> Waiter<'a> {
         // found none): they may go on.
         self.probe = None;
         let now = Instant::now();
-        #[cfg(any(test, feature = "_fuzzing"))]
+        #[cfg(feature = "_test_hooks")]
         let cap = if WAKE_UPS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
             left
         } else {

@@ -17,6 +17,7 @@
 //! accepted: one holder may write several times during one tenure.
 
 use distlock::fenced::postgres::Fence;
+use distlock::fenced::TokenSource;
 use distlock::{Error, FencingToken};
 use tokio_postgres::Client;
 
@@ -49,17 +50,17 @@ pub enum Write {
     /// Refused: a larger token was written before (`latest`); nothing changed.
     Refused {
         /// The token stored with the record now.
-        latest: u64,
+        latest: FencingToken,
     },
 }
 
 /// Stores `value` under `name` with the writer's fencing token, unless a larger token was
-/// written for `name` before.
+/// written for `name` before. `token`: the writer's token, its guard (`&guard`) or its lease.
 pub async fn fenced_write(
     db: &Client,
     name: &str,
     value: &str,
-    token: u64,
+    token: impl TokenSource,
 ) -> Result<Write, Error> {
     match fence()
         .upsert(db, &[("name", &name)], &[("value", &value)], token)
@@ -72,7 +73,10 @@ pub async fn fenced_write(
 }
 
 /// The stored value and token of `name`, if any.
-pub async fn read(db: &Client, name: &str) -> Result<Option<(String, u64)>, tokio_postgres::Error> {
+pub async fn read(
+    db: &Client,
+    name: &str,
+) -> Result<Option<(String, FencingToken)>, tokio_postgres::Error> {
     let row = db
         .query_opt(
             "SELECT value, fencing_token FROM fenced_records WHERE name = $1",
@@ -81,11 +85,14 @@ pub async fn read(db: &Client, name: &str) -> Result<Option<(String, u64)>, toki
         .await?;
     Ok(row.map(|row| {
         let token: i64 = row.get(1);
-        (row.get(0), u64::try_from(token).unwrap_or(0))
+        (
+            row.get(0),
+            FencingToken::new(u64::try_from(token).unwrap_or(0)),
+        )
     }))
 }
 
 /// A token as the `bigint` column holds it: tokens distlock mints are below 2^63.
-pub fn as_sql(token: u64) -> i64 {
-    i64::try_from(FencingToken::new(token)).expect("fencing tokens distlock mints are below 2^63")
+pub fn as_sql(token: FencingToken) -> i64 {
+    i64::try_from(token).expect("fencing tokens distlock mints are below 2^63")
 }

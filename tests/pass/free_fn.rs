@@ -56,7 +56,7 @@ async fn job(tenant: &str, job: u32) -> Result<Option<u32>, AppError> {
     if !lease.is_held() {
         return Ok(None);
     }
-    Ok(lease.fencing_token().map(|token| job + token as u32))
+    Ok(lease.fencing_token().map(|token| job + token.get() as u32))
 }
 
 #[distributed_lock(key = "payout:<id>", mode = "redlock", watchdog = false, ttl = "5s")]

@@ -47,7 +47,7 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<u64, AppError> {
 )]
 async fn post(locks: &Client, t: &Transfer) -> Result<Option<u64>, AppError> {
     let lease = distlock::lease().expect("inside a locked fn");
-    Ok(lease.fencing_token().map(|token| token + t.amount))
+    Ok(lease.fencing_token().map(|token| token.get() + t.amount))
 }
 
 #[distributed_lock(key = ["payout:<id>", "payout:all"], mode = "redlock", watchdog = false, ttl = "5s")]

@@ -19,6 +19,8 @@
 //!   tests, shared by several processes through a separate server.
 //! * [`Bank`] — accounts on a server of their own and the transfer locked on
 //!   two of them at once (`key = [..]`), for tests of several locks at once.
+//! * [`common`] — what this project's integration tests share: a client on a kit server, a
+//!   lock name's keys and channels, the `contender` processes, the checks every mode passes.
 //! * [`PostgresServer`] — a private PostgreSQL (`initdb` into a temp dir, the
 //!   server on a free loopback port) for the fenced-write example.
 //!
@@ -55,6 +57,8 @@ mod kit {
 }
 
 /// The fault proxy is the published one (`distlock::testing`, feature `testing`).
+pub mod common;
+
 pub use distlock::testing::FaultProxy;
 pub use kit::bank::{Bank, TransferError};
 pub use kit::binary::{ensure_redis_available, redis_server_path, REDIS_SERVER_ENV};

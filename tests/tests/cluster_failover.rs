@@ -7,7 +7,7 @@
 //!   keeps its lease or is told it lost it, no second owner gets in while the first is told
 //!   it holds the lock, and fencing tokens keep growing across the promoted replica.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
@@ -347,7 +347,7 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
             .expect("CLIENT KILL TYPE replica");
     });
     // Tokens the replica never receives.
-    let mut last = 0;
+    let mut last = distlock::FencingToken::new(0);
     for _ in 0..5 {
         let guard = locks
             .lock(name)
@@ -386,7 +386,7 @@ async fn a_promoted_replica_that_lagged_still_issues_larger_tokens() {
         }
     });
     assert!(
-        behind < last,
+        behind < last.get(),
         "the promoted replica lagged: counter {behind}, last token {last}"
     );
     let next = locks

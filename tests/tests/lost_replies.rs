@@ -6,7 +6,7 @@
 //! the subscriptions' confirmations, which once left waiters asleep on a connection the server
 //! had no subscription on. The figures are printed.
 
-mod common;
+use distlock_testkit::common;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! to get in, the longest PING meanwhile, and the server's own time per script call
 //! (`INFO commandstats`). In `.ci/run`'s scale step.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! of its intent), so a missed wake-up fails (a timeout, or an acquisition served only by its
 //! last attempt at the end of its whole wait: `served`) instead of costing a pause.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,7 @@ const TTL: Duration = Duration::from_secs(120);
 
 /// A server and a client with the hook on.
 async fn start() -> (RedisServer, Client) {
-    distlock::__fuzz::wake_ups_only(true);
+    distlock::__test_hooks::wake_ups_only(true);
     let server = RedisServer::start();
     let locks = client(&server).await;
     (server, locks)

@@ -4,7 +4,7 @@
 //! The tests marked `#[ignore]` are the scale tier, too long for `tests/run.sh` (`.ci/run`
 //! runs them): `cargo test --test scale -- --ignored --test-threads 1 --nocapture`.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

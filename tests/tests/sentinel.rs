@@ -1,7 +1,7 @@
 //! Locks through Sentinel (1 master, 2 replicas, 3 sentinels), formed once for this binary:
 //! contention across processes, and a failover (the master killed) that clients follow.
 
-mod common;
+use distlock_testkit::common;
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@ use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
 use crate::mode::LockMode;
+use crate::token::FencingToken;
 
 /// What one server was found to refuse, learnt from its answers and kept per server (a node of
 /// a quorum, or the one deployment): another server of the same process may well be newer.
@@ -37,7 +38,7 @@ impl ServerQuirks {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// Held, with this fencing token when one was asked for.
-    Acquired { fence: Option<u64> },
+    Acquired { fence: Option<FencingToken> },
     /// Held by someone else, whose lease has this much left (when the server said).
     /// `member`: which name is (the first found busy), by its place in
     /// [`LockKey::members`]; 0 for a single name.
@@ -453,7 +454,7 @@ pub(crate) fn parse_acquire(
     match items {
         // A negative token: none was asked for.
         [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
-            fence: u64::try_from(*fence).ok(),
+            fence: u64::try_from(*fence).ok().map(FencingToken::new),
         }),
         [Value::Int(0), Value::Int(ms)] => Ok(Attempt::Busy {
             holder_ttl: u64::try_from(*ms).ok().map(Duration::from_millis),

@@ -28,6 +28,8 @@
 //! renewals are refused instead of freeing or prolonging a hold that is not its own.
 
 mod acquire;
+#[cfg(test)]
+pub(crate) mod calls_under_test;
 mod script;
 
 use std::sync::Arc;

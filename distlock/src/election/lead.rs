@@ -5,6 +5,7 @@ use std::future::Future;
 
 use super::Election;
 use crate::error::Error;
+use crate::token::FencingToken;
 
 impl Election {
     /// Runs `job` while this process leads: campaigns, calls `job` with the term (pass it with
@@ -27,7 +28,7 @@ impl Election {
     ///
     /// ```no_run
     /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
-    /// # async fn schedule_reports(term: u64) {}
+    /// # async fn schedule_reports(term: distlock::FencingToken) {}
     /// use std::time::Duration;
     ///
     /// let election = client.election("report-scheduler").ttl(Duration::from_secs(10));
@@ -40,7 +41,7 @@ impl Election {
     /// ```
     pub async fn lead<F, Fut>(&self, mut job: F) -> Result<Fut::Output, Error>
     where
-        F: FnMut(u64) -> Fut,
+        F: FnMut(FencingToken) -> Fut,
         Fut: Future,
     {
         loop {
@@ -56,12 +57,12 @@ impl Election {
                     // A resignation that fails leaves the lock to its lease (or to the
                     // release going on in the background): the job is done either way.
                     if let Err(e) = leadership.resign().await {
-                        tracing::debug!(term, error = %e, "resigning after the leader's job");
+                        tracing::debug!(term = term.get(), error = %e, "resigning after the leader's job");
                     }
                     return Ok(output);
                 }
             };
-            tracing::info!(term, error = %lost, "the lead was lost: the job stopped, campaigning again");
+            tracing::info!(term = term.get(), error = %lost, "the lead was lost: the job stopped, campaigning again");
         }
     }
 }

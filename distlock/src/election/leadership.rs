@@ -10,6 +10,7 @@ use crate::error::{Error, Op};
 use crate::guard::Guard;
 use crate::key::LockKey;
 use crate::runtime::Shared;
+use crate::token::FencingToken;
 
 /// This process leads an election, until [`resign`](Leadership::resign), drop, or loss.
 ///
@@ -30,7 +31,7 @@ use crate::runtime::Shared;
 #[must_use = "dropping the leadership resigns at once"]
 pub struct Leadership {
     guard: Guard,
-    term: u64,
+    term: FencingToken,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -68,7 +69,7 @@ impl Leadership {
     /// term of every earlier leadership of this election (also across a restart of a server
     /// without persistence: tokens are floored at the server's clock). Pass it with every
     /// write the leader makes, and have the store refuse a term smaller than one it has seen.
-    pub fn term(&self) -> u64 {
+    pub fn term(&self) -> FencingToken {
         self.term
     }
 
@@ -86,7 +87,7 @@ impl Leadership {
     ///
     /// ```no_run
     /// # async fn demo(leadership: distlock::Leadership) -> Result<(), distlock::Error> {
-    /// # async fn lead(term: u64) {}
+    /// # async fn lead(term: distlock::FencingToken) {}
     /// tokio::select! {
     ///     () = lead(leadership.term()) => leadership.resign().await,
     ///     lost = leadership.lost() => Err(lost),

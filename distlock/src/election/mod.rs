@@ -46,7 +46,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
-    /// # async fn run_the_scheduler(term: u64) {}
+    /// # async fn run_the_scheduler(term: distlock::FencingToken) {}
     /// use std::time::Duration;
     ///
     /// let election = client.election("billing-scheduler").ttl(Duration::from_secs(10));

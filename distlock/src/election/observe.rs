@@ -24,6 +24,7 @@ use crate::mode::LockMode;
 use crate::nodes::{records, Node};
 use crate::notify::Subscription;
 use crate::runtime::Shared;
+use crate::token::FencingToken;
 
 use super::leadership::answer_limit;
 use super::Election;
@@ -48,7 +49,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 #[non_exhaustive]
 pub struct Leader {
     /// The leader's term: its [`Leadership::term`](super::Leadership::term).
-    pub term: u64,
+    pub term: FencingToken,
     /// Who leads: its process (tag, host, pid), where it campaigned and since when, as
     /// [`Client::inspect`](crate::Client::inspect) describes a holder.
     pub holder: Holder,
@@ -308,16 +309,18 @@ impl Watcher {
             });
         };
         held.retain(|(_, info, _)| info.holder.as_ref().is_some_and(|h| h.owner == owner));
-        let mut terms: Vec<u64> = held
+        let mut terms: Vec<FencingToken> = held
             .iter()
-            .map(|(_, info, _)| info.fencing_token.unwrap_or(0))
+            .map(|(_, info, _)| info.fencing_token.unwrap_or(FencingToken::new(0)))
             .collect();
         let mut leases: Vec<Duration> = held
             .iter()
             .map(|(_, info, _)| info.remaining.unwrap_or_default())
             .collect();
         let (term, remaining) = (
-            majority.least_agreed(&mut terms).unwrap_or(0),
+            majority
+                .least_agreed(&mut terms)
+                .unwrap_or(FencingToken::new(0)),
             majority.least_agreed(&mut leases),
         );
         let (node, info, described) = held.swap_remove(0);
@@ -399,7 +402,7 @@ mod tests {
 
     fn leader(term: u64, owner: &str) -> Option<Leader> {
         Some(Leader {
-            term,
+            term: FencingToken::new(term),
             holder: Holder {
                 owner: owner.into(),
                 ..Holder::default()

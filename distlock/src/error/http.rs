@@ -30,7 +30,8 @@ impl Error {
 /// [`Error::http_status`], `Retry-After: 1` on 503, and a plain-text body that says what the
 /// status means, without the lock's name, its keys or any server's address. The whole error
 /// goes to `tracing`: at `debug` for 409 and 400 (contention and bad names are the callers'
-/// business), `warn` for 503 (Redis unreachable, the client shutting down), `error` for 500
+/// business), `warn` for 503 (Redis unreachable, the client shutting down) and for a
+/// [stale token](Error::StaleToken) (a holder stalled past its lease), `error` for 500
 /// (a lost lease, a mistake in code or configuration). For the whole message in the body,
 /// [`Error::into_detailed_response`].
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
@@ -38,6 +39,9 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status_code();
         match status.as_u16() {
+            _ if matches!(self, Error::StaleToken { .. }) => {
+                tracing::warn!(status = status.as_u16(), error = %self, "lock error answered")
+            }
             409 | 400 => {
                 tracing::debug!(status = status.as_u16(), error = %self, "lock error answered")
             }
@@ -233,6 +237,13 @@ mod tests {
                 500,
             ),
             (Error::ShutDown { name: NAME.into() }, 503),
+            (
+                Error::StaleToken {
+                    token: crate::token::FencingToken::new(7),
+                    highest: crate::token::FencingToken::new(8),
+                },
+                409,
+            ),
             (
                 Error::Store {
                     source: "relation \"account_secret\" at 10.1.2.3:7411".into(),

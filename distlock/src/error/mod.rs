@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::majority::Majority;
 use crate::mode::LockMode;
+use crate::token::FencingToken;
 
 #[cfg(feature = "axum")]
 mod http;
@@ -253,9 +254,9 @@ pub enum Error {
     #[error("a fenced write was refused: token {token} is below {highest}, the highest the resource has seen (a newer holder wrote)")]
     StaleToken {
         /// The token presented.
-        token: u64,
+        token: FencingToken,
         /// The highest token the resource had seen.
-        highest: u64,
+        highest: FencingToken,
     },
 
     /// A fenced store other than Redis failed: the database of
@@ -393,14 +394,18 @@ impl Error {
     /// ran; send `Retry-After`), `400 Bad Request` for a lock name the request made unusable
     /// ([`Error::InvalidName`]: names usually come from request data), and
     /// `503` too for a client [shut down](Error::ShutDown) (the service is stopping; nothing
-    /// ran, another instance may serve the request), and
+    /// ran, another instance may serve the request), `409` for [`Error::StaleToken`] (the
+    /// request lost to a newer holder's write, which the store kept: a conflict with the
+    /// resource's current state, not a fault of the service; a resubmitted request takes the
+    /// lock afresh, while the same write with the same token stays refused, so it is not
+    /// [retryable](Self::is_retryable)), and
     /// `500 Internal Server Error` for everything else, a lost lease included: its outcome is
     /// unknown, and a client must not repeat a non-idempotent request because of it.
     ///
     /// With the `axum` feature, `Error` implements `IntoResponse` with this status (and
     /// `Retry-After: 1` on 503) and a body that names no lock, key or server.
     pub fn http_status(&self) -> u16 {
-        if self.is_contended() {
+        if self.is_contended() || matches!(self, Error::StaleToken { .. }) {
             409
         } else if self.is_transient() || matches!(self, Error::ShutDown { .. }) {
             503

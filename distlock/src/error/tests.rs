@@ -108,14 +108,14 @@ fn each_error_is_in_one_group_and_maps_to_its_status() {
         (Error::config("x"), false, false, false, false, 500),
         (
             Error::StaleToken {
-                token: 1,
-                highest: 2,
+                token: FencingToken::new(1),
+                highest: FencingToken::new(2),
             },
             false,
             false,
             false,
             false,
-            500,
+            409,
         ),
         (
             Error::Store {

@@ -16,7 +16,9 @@
 //! clock floor of docs/design.md, so this is the same bound as the fencing counter's.
 //!
 //! The store may be the deployment the locks live on or any other: a `FencedRedis` takes any
-//! redis-rs async connection.
+//! redis-rs async connection. Each write takes its token from what the holder has in hand
+//! ([`TokenSource`]): `distlock::lease()` in a locked fn, `&guard`, `&leadership`, or a
+//! [`FencingToken`].
 //!
 //! With the `postgres` feature, `fenced::postgres` does the same for PostgreSQL tables: a token
 //! column and a trigger that refuses a lower token, and fenced upserts and updates. Fencing
@@ -40,13 +42,18 @@ pub const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+mod source;
+
+pub(crate) use source::taken_without_fencing;
+pub use source::TokenSource;
 
 static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua")));
 
 /// The suffix that makes a key's mark.
 const MARK_SUFFIX: &[u8] = b":#fence-mark";
 
-/// Redis writes refused when they carry a token below the highest the key has seen.
+/// Redis writes refused when they carry a token below the highest the key has seen. Each
+/// takes its token from a [`TokenSource`] (see there for a locked fn's one-line write).
 ///
 /// ```no_run
 /// # async fn demo(locks: distlock::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -57,9 +64,8 @@ const MARK_SUFFIX: &[u8] = b":#fence-mark";
 ///     .await?;
 /// let mut store = FencedRedis::new(conn);
 /// let guard = locks.lock("account:42").fencing(true).acquire().await?;
-/// let token = guard.fencing_token().expect("taken with fencing");
 /// // Refused with `Error::StaleToken` if a newer holder of the lock wrote meanwhile.
-/// store.hincr_by("account:42", "balance", 100, token).await?;
+/// store.hincr_by("account:42", "balance", 100, &guard).await?;
 /// guard.release().await?;
 /// # Ok(())
 /// # }
@@ -96,9 +102,9 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         value: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
-        self.write(key.as_ref(), token.into(), "set", |cmd| {
+        self.write(key.as_ref(), token.token()?, "set", |cmd| {
             cmd.arg(value);
         })
         .await
@@ -111,10 +117,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         value: impl ToRedisArgs,
         ttl: Duration,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
         let ms = (ttl.as_millis() as u64).max(1);
-        self.write(key.as_ref(), token.into(), "set_px", |cmd| {
+        self.write(key.as_ref(), token.token()?, "set_px", |cmd| {
             cmd.arg(value).arg(ms);
         })
         .await
@@ -126,10 +132,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
     pub async fn del(
         &mut self,
         key: impl AsRef<[u8]>,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<bool, Error> {
         let n = self
-            .write(key.as_ref(), token.into(), "del", |_| {})
+            .write(key.as_ref(), token.token()?, "del", |_| {})
             .await?;
         Ok(int(&n)? > 0)
     }
@@ -139,10 +145,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         n: i64,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<i64, Error> {
         let v = self
-            .write(key.as_ref(), token.into(), "incr_by", |cmd| {
+            .write(key.as_ref(), token.token()?, "incr_by", |cmd| {
                 cmd.arg(n);
             })
             .await?;
@@ -155,9 +161,9 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
         value: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
-        self.write(key.as_ref(), token.into(), "hset", |cmd| {
+        self.write(key.as_ref(), token.token()?, "hset", |cmd| {
             cmd.arg(field).arg(value);
         })
         .await
@@ -169,10 +175,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         &mut self,
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<bool, Error> {
         let n = self
-            .write(key.as_ref(), token.into(), "hdel", |cmd| {
+            .write(key.as_ref(), token.token()?, "hdel", |cmd| {
                 cmd.arg(field);
             })
             .await?;
@@ -185,10 +191,10 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
         key: impl AsRef<[u8]>,
         field: impl ToRedisArgs,
         n: i64,
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<i64, Error> {
         let v = self
-            .write(key.as_ref(), token.into(), "hincr_by", |cmd| {
+            .write(key.as_ref(), token.token()?, "hincr_by", |cmd| {
                 cmd.arg(field).arg(n);
             })
             .await?;
@@ -228,7 +234,7 @@ impl<C: ConnectionLike + Send> FencedRedis<C> {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), result] => Ok(result.clone()),
                 [Value::Int(0), highest] => Err(Error::StaleToken {
-                    token: token.get(),
+                    token,
                     highest: highest_of(highest),
                 }),
                 _ => Err(unexpected()),
@@ -277,15 +283,18 @@ static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     tags.into_boxed_slice()
 });
 
-fn highest_of(value: &Value) -> u64 {
-    match value {
+/// The mark a refusal reports; one that does not parse is reported as the highest there is
+/// (the refusal stands).
+fn highest_of(value: &Value) -> FencingToken {
+    let highest = match value {
         Value::BulkString(b) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(u64::MAX),
         Value::Int(n) => u64::try_from(*n).unwrap_or(u64::MAX),
         _ => u64::MAX,
-    }
+    };
+    FencingToken::new(highest)
 }
 
 fn int(value: &Value) -> Result<i64, Error> {

@@ -19,10 +19,9 @@
 //! fence.install(&db).await?;
 //!
 //! let guard = locks.lock("account:42").fencing(true).acquire().await?;
-//! let token = guard.fencing_token().expect("taken with fencing");
 //! // Refused with `Error::StaleToken` if a newer holder of the lock wrote the row meanwhile.
 //! fence
-//!     .upsert(&db, &[("id", &42_i64)], &[("balance", &100_i64)], token)
+//!     .upsert(&db, &[("id", &42_i64)], &[("balance", &100_i64)], &guard)
 //!     .await?;
 //! guard.release().await?;
 //! # Ok(())
@@ -69,6 +68,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
 use crate::error::Error;
+use crate::fenced::TokenSource;
 use crate::token::FencingToken;
 
 /// The name of the trigger function, in the table's schema (or the first of `search_path`).
@@ -186,9 +186,9 @@ impl Fence {
         db: &(impl GenericClient + Sync),
         key: &[(&str, &(dyn ToSql + Sync))],
         values: &[(&str, &(dyn ToSql + Sync))],
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<(), Error> {
-        let token = token.into();
+        let token = token.token()?;
         let sql = self.upsert_sql(key, values)?;
         let token_sql = sql_token(token)?;
         // As the statement numbers them: keys, values, token.
@@ -212,9 +212,9 @@ impl Fence {
         db: &(impl GenericClient + Sync),
         key: &[(&str, &(dyn ToSql + Sync))],
         values: &[(&str, &(dyn ToSql + Sync))],
-        token: impl Into<FencingToken>,
+        token: impl TokenSource,
     ) -> Result<u64, Error> {
-        let token = token.into();
+        let token = token.token()?;
         let sql = self.update_sql(key, values)?;
         let token_sql = sql_token(token)?;
         // As the statement numbers them: values, token, keys.
@@ -314,10 +314,11 @@ impl Fence {
 /// [`Error::Store`] for any other failure.
 ///
 /// ```no_run
-/// # async fn demo(db: tokio_postgres::Client, token: u64) -> Result<(), distlock::Error> {
+/// # async fn demo(db: tokio_postgres::Client, guard: distlock::Guard) -> Result<(), distlock::Error> {
 /// use distlock::fenced::postgres::classify;
 ///
-/// let sql_token = i64::try_from(distlock::FencingToken::new(token)).expect("below 2^63");
+/// let token = guard.fencing_token().expect("taken with fencing");
+/// let sql_token = i64::try_from(token).expect("below 2^63");
 /// db.execute(
 ///     "UPDATE accounts SET balance = balance + 100, fencing_token = $1 WHERE id = 42",
 ///     &[&sql_token],
@@ -327,22 +328,19 @@ impl Fence {
 /// # Ok(())
 /// # }
 /// ```
-pub fn classify(error: tokio_postgres::Error, token: impl Into<FencingToken>) -> Error {
-    refused_or_store(error, token.into())
+pub fn classify(error: tokio_postgres::Error, token: FencingToken) -> Error {
+    refused_or_store(error, token)
 }
 
 fn refused_or_store(error: tokio_postgres::Error, token: FencingToken) -> Error {
     match refusal(&error) {
-        Some(highest) => Error::StaleToken {
-            token: token.get(),
-            highest,
-        },
+        Some(highest) => Error::StaleToken { token, highest },
         None => store(error),
     }
 }
 
 /// The row's token, when `error` is the trigger refusing a lower one.
-fn refusal(error: &tokio_postgres::Error) -> Option<u64> {
+fn refusal(error: &tokio_postgres::Error) -> Option<FencingToken> {
     let db = error.as_db_error()?;
     if db.code() != &SqlState::CHECK_VIOLATION || db.constraint() != Some(REFUSAL_CONSTRAINT) {
         return None;
@@ -353,7 +351,7 @@ fn refusal(error: &tokio_postgres::Error) -> Option<u64> {
         .and_then(|d| d.rsplit_once("highest="))
         .and_then(|(_, n)| n.trim().parse().ok())
         .unwrap_or(u64::MAX);
-    Some(highest)
+    Some(FencingToken::new(highest))
 }
 
 fn store(error: tokio_postgres::Error) -> Error {

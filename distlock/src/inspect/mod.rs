@@ -20,6 +20,7 @@ use crate::key::{name_of, Kind, LockKey};
 use crate::mode::LockMode;
 use crate::nodes::records;
 use crate::telemetry;
+use crate::token::FencingToken;
 
 mod rwlock;
 mod semaphore;
@@ -116,9 +117,9 @@ pub struct LockInfo {
     /// The current holder's fencing token, when it took the lock with fencing (read holds:
     /// the last fenced writer's). For a setnx lock, whose value has no room for it, this is
     /// the last token issued for the name: the holder's if it asked for one.
-    pub fencing_token: Option<u64>,
+    pub fencing_token: Option<FencingToken>,
     /// The last token issued for this name (held or not).
-    pub last_fencing_token: Option<u64>,
+    pub last_fencing_token: Option<FencingToken>,
     /// The last forced unlock, if one happened in the past week.
     pub last_forced_unlock: Option<ForcedUnlock>,
 }
@@ -322,6 +323,11 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
+/// A fencing token as the scripts store it: decimal digits.
+fn token(digits: &str) -> Option<FencingToken> {
+    digits.parse().ok().map(FencingToken::new)
+}
+
 fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -413,7 +419,7 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
         permits: None,
         permit_holders: Vec::new(),
         fencing_token: None,
-        last_fencing_token: text(counter).and_then(|c| c.parse().ok()),
+        last_fencing_token: text(counter).and_then(|c| token(&c)),
         last_forced_unlock: None,
     };
     let forced = pairs(forced);
@@ -468,7 +474,7 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
                 let (holder, d) = earliest(owner, &holds);
                 info.holder = Some(holder);
                 description_read = d;
-                info.fencing_token = field("fence").and_then(|f| f.parse().ok());
+                info.fencing_token = field("fence").and_then(token);
             } else {
                 let sets = [pairs(readers), pairs(intents)];
                 description_read = rwlock::parse(&mut info, &fields, &sets, now);

@@ -29,7 +29,7 @@ pub(super) fn parse(
             let (holder, d) = described(writer.to_owned(), field("writer-holder").unwrap_or(""));
             info.holder = Some(holder);
             description_read = d;
-            info.fencing_token = field("writer-fence").and_then(|f| f.parse().ok());
+            info.fencing_token = field("writer-fence").and_then(super::token);
         }
     }
     let [readers, intents] = sets;

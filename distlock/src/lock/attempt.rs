@@ -246,7 +246,7 @@ impl Plan<'_> {
     fn guard(
         &self,
         id: HoldId,
-        fence: Option<u64>,
+        fence: Option<crate::token::FencingToken>,
         sent: Instant,
         lease: Arc<LeaseState>,
     ) -> Guard {

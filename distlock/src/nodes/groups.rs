@@ -21,6 +21,7 @@ use crate::algorithm::{evalsha, invoke, Algorithm, Attempt, HoldId};
 use crate::conn::Conn;
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
+use crate::token::FencingToken;
 
 use super::{AcquireAttempt, Nodes, RAISE_FENCE};
 
@@ -169,8 +170,11 @@ pub(crate) async fn extend_groups(
 /// The fencing token of a set taken a group at a time: the largest of the groups' tokens,
 /// with the other groups' counters raised to it, so that each name's next token is above it
 /// (as the set's script does within one group).
-async fn raise_fences(conn: &Conn, fences: &[(&LockKey, Option<u64>)]) -> Result<u64, Error> {
-    let token = fences.iter().filter_map(|&(_, f)| f).max().unwrap_or(0);
+async fn raise_fences(
+    conn: &Conn,
+    fences: &[(&LockKey, Option<FencingToken>)],
+) -> Result<FencingToken, Error> {
+    let token = highest(fences.iter().map(|&(_, f)| f));
     let raises = fences
         .iter()
         .filter(|&&(_, fence)| fence.is_none_or(|f| f < token))
@@ -189,9 +193,15 @@ async fn raise_fences(conn: &Conn, fences: &[(&LockKey, Option<u64>)]) -> Result
     Ok(token)
 }
 
+/// The token of an acquisition that took its names in parts (nodes of a quorum, groups of a
+/// set): the largest the parts minted, which the others are raised to.
+pub(super) fn highest(tokens: impl Iterator<Item = Option<FencingToken>>) -> FencingToken {
+    tokens.flatten().max().unwrap_or(FencingToken::new(0))
+}
+
 /// The call that raises the fencing counters of `key`'s names (one, or a set's) to at least
 /// `token`.
-pub(super) fn raise_cmd(key: &LockKey, token: u64) -> redis::Cmd {
+pub(super) fn raise_cmd(key: &LockKey, token: FencingToken) -> redis::Cmd {
     let names = key.members();
     let mut raise = evalsha(
         &RAISE_FENCE,

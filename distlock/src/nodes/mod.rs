@@ -46,6 +46,7 @@ use crate::identity;
 use crate::key::LockKey;
 use crate::majority::Majority;
 use crate::tasks::Tasks;
+use crate::token::FencingToken;
 pub(crate) use groups::extend_groups;
 pub(crate) use health::until_answered;
 pub(crate) use node::{Node, NodeSettings};
@@ -288,9 +289,9 @@ impl Nodes {
     async fn raise_fences(
         &self,
         key: &LockKey,
-        granted: &[(usize, Option<u64>)],
-    ) -> Result<u64, NodeError> {
-        let token = granted.iter().filter_map(|&(_, f)| f).max().unwrap_or(0);
+        granted: &[(usize, Option<FencingToken>)],
+    ) -> Result<FencingToken, NodeError> {
+        let token = groups::highest(granted.iter().map(|&(_, f)| f));
         let behind: Vec<usize> = granted
             .iter()
             .filter(|&&(_, f)| f.is_none_or(|f| f < token))
@@ -305,7 +306,7 @@ impl Nodes {
             async move {
                 let mut conn = node.commands();
                 let call = invoke::<_, u64>(&RAISE_FENCE, raise, &mut conn);
-                matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token)
+                matches!(tokio::time::timeout(self.node_timeout, call).await, Ok(Ok(v)) if v >= token.get())
             }
         });
         let raised = futures_util::future::join_all(raises)

@@ -443,6 +443,7 @@ pub fn local_waiters(client: &Client, name: &str) -> usize {
 mod tests {
     use super::lease::HELD;
     use super::*;
+    use crate::token::FencingToken;
 
     #[test]
     fn fixed_keys_are_borrowed_and_others_formatted_once() {
@@ -477,16 +478,40 @@ mod tests {
         }
     }
 
+    /// A fenced write takes its token from the lease, and refuses to start without one.
+    #[test]
+    fn a_lease_is_a_token_source_when_fenced() {
+        use crate::fenced::TokenSource;
+        let lease = |fence| Lease {
+            fence,
+            signal: Arc::new(Signal::new(HELD)),
+        };
+        let fenced = lease(Some(FencingToken::new(7)));
+        assert_eq!(fenced.token().unwrap(), FencingToken::new(7));
+        assert_eq!(<&Lease>::token(&&fenced).unwrap(), FencingToken::new(7));
+        assert_eq!(Some(fenced).token().unwrap(), FencingToken::new(7));
+        let unfenced = lease(None).token().unwrap_err();
+        assert!(
+            matches!(&unfenced, Error::InvalidConfig { reason } if reason.contains("fencing = true")),
+            "{unfenced}"
+        );
+        let outside = None::<Lease>.token().unwrap_err();
+        assert!(
+            matches!(&outside, Error::InvalidConfig { reason } if reason.contains("outside a locked fn")),
+            "{outside}"
+        );
+    }
+
     #[tokio::test]
     async fn lease_signal_tracks_the_hold() {
         assert!(lease().is_none());
         let signal = Arc::new(Signal::new(HELD));
         let lease = Lease {
-            fence: Some(7),
+            fence: Some(FencingToken::new(7)),
             signal: signal.clone(),
         };
         assert!(lease.is_held());
-        assert_eq!(lease.fencing_token(), Some(7));
+        assert_eq!(lease.fencing_token(), Some(FencingToken::new(7)));
         let waiter = tokio::spawn({
             let lease = lease.clone();
             async move { lease.lost().await }

@@ -11,6 +11,9 @@ use std::sync::LazyLock;
 use crate::algorithm::{Algorithm, OwnerKind};
 use crate::mode::LockMode;
 
+#[cfg(test)]
+mod tests;
+
 /// The exclusive reentrant lock.
 pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     mode: LockMode::Reentrant,

@@ -154,6 +154,17 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 
 #[cfg(test)]
 mod tests {
+    use crate::algorithm::calls_under_test::assert_declares;
+    use crate::key::Kind;
+
+    /// Every call of either side declares the readers and intents after the lock.
+    #[test]
+    fn script_calls_declare_exactly_the_keys_they_touch() {
+        let rw = [Kind::Readers, Kind::Intents];
+        assert_declares(&super::READ, &rw, &rw);
+        assert_declares(&super::WRITE, &rw, &rw);
+    }
+
     #[test]
     fn one_extend_script_serves_both_sides() {
         // An owner's read and write holds are renewed together (one task's holds live and

@@ -52,6 +52,9 @@ use std::sync::LazyLock;
 use crate::algorithm::{Algorithm, OwnerKind};
 use crate::mode::LockMode;
 
+#[cfg(test)]
+mod tests;
+
 /// One script: the fencing counters' rule (`fence.lua`), the shared prelude (type check,
 /// expired permits dropped, the key's expiry), then the body.
 macro_rules! script {

@@ -1,47 +1,9 @@
-//! The commands every mode's calls become: their KEYS and ARGV, argument by argument.
+//! The commands a setnx lock's calls become: their KEYS and ARGV, argument by argument (the
+//! other modes' beside them, with the helpers in `algorithm/calls_under_test.rs`).
 
-use redis::Cmd;
-
+use crate::algorithm::calls_under_test::{args, ask, declared, id};
 use crate::algorithm::*;
-use std::sync::Arc;
-
 use crate::key::{Kind, LockKey};
-
-fn args(cmd: &Cmd) -> Vec<Vec<u8>> {
-    cmd.args_iter()
-        .skip(2) // EVALSHA and the hash
-        .map(|a| match a {
-            redis::Arg::Simple(bytes) => bytes.to_vec(),
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
-fn id(nonce: &str) -> HoldId {
-    HoldId {
-        owner: Arc::from("t0k3n"),
-        nonce: Arc::from(nonce),
-        holder: Arc::from(""),
-        lane: 0,
-    }
-}
-
-fn ask(waits: bool, fencing: bool) -> Ask {
-    Ask {
-        unsure: false,
-        want_holder_ttl: true,
-        waits,
-        fencing,
-        permits: None,
-    }
-}
-
-/// The KEYS of a script call: what `numkeys` says, and those arguments.
-fn declared(cmd: &Cmd) -> Vec<Vec<u8>> {
-    let all = args(cmd);
-    let n: usize = std::str::from_utf8(&all[0]).unwrap().parse().unwrap();
-    all[1..=n].to_vec()
-}
 
 #[test]
 fn only_a_waiting_acquire_sends_the_waits_flag() {
@@ -55,8 +17,8 @@ fn only_a_waiting_acquire_sends_the_waits_flag() {
 }
 
 /// Every key a script touches on a call is declared, and only those: the fencing counter
-/// when fencing, a setnx lock's waited-for mark when the caller waits (the acquire) and
-/// always for its release (which deletes the mark with the lock).
+/// when fencing, the waited-for mark when the caller waits (the acquire) and always for its
+/// release (which deletes the mark with the lock).
 #[test]
 fn script_calls_declare_exactly_the_keys_they_touch() {
     let key = LockKey::new("p", b"k", 64).unwrap();
@@ -81,58 +43,10 @@ fn script_calls_declare_exactly_the_keys_they_touch() {
     }
     let release = setnx.release_cmd(&key, &id(""), "", false, false);
     assert_eq!(declared(&release), [lock.clone(), waited]);
-    // A read/write lock's every call declares its readers and intents after the lock.
-    let rw = vec![
-        lock.clone(),
-        key.helper(Kind::Readers),
-        key.helper(Kind::Intents),
-    ];
-    for (mode, own) in [
-        (&*crate::reentrant::REENTRANT, vec![lock.clone()]),
-        (&*crate::rwlock::READ, rw.clone()),
-        (&*crate::rwlock::WRITE, rw.clone()),
-        (&*crate::semaphore::SEMAPHORE, vec![lock.clone()]),
-    ] {
-        let fenced = [own.clone(), vec![fence.clone()]].concat();
-        for waits in [false, true] {
-            let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, false));
-            assert_eq!(declared(&cmd), own, "{}", mode.mode);
-            let cmd = mode.acquire_script_cmd(&key, &id("n"), 1000, ask(waits, true));
-            assert_eq!(declared(&cmd), fenced, "{}", mode.mode);
-        }
-        let release = mode.release_cmd(&key, &id("n"), "", true, false);
-        assert_eq!(declared(&release), own, "{}", mode.mode);
-    }
-    for mode in [&*crate::rwlock::READ, &*crate::rwlock::WRITE] {
-        assert_eq!(declared(&mode.extend_cmd(&key, &id("n"), 1000)), rw);
-    }
-    for mode in [
-        &*super::SETNX,
-        &*crate::reentrant::REENTRANT,
-        &*crate::semaphore::SEMAPHORE,
-    ] {
-        assert_eq!(
-            declared(&mode.extend_cmd(&key, &id("n"), 1000)),
-            [&lock[..]]
-        );
-    }
-}
-
-/// A semaphore's acquire always sends the waits flag, so that its number of permits has its
-/// place (ARGV[9]); the other modes never send the number.
-#[test]
-fn a_semaphore_sends_its_permits_after_the_waits_flag() {
-    let key = LockKey::new("p", b"k", 64).unwrap();
-    let semaphore = &crate::semaphore::SEMAPHORE;
-    for (waits, flag) in [(false, "0"), (true, "1")] {
-        let ask = Ask {
-            permits: Some(4),
-            ..ask(waits, false)
-        };
-        let sent = args(&semaphore.acquire_script_cmd(&key, &id(""), 1000, ask));
-        assert_eq!(sent.len(), 1 + 1 + 9, "{sent:?}");
-        assert_eq!(sent[sent.len() - 2..], [flag.as_bytes(), b"4"]);
-    }
+    assert_eq!(
+        declared(&setnx.extend_cmd(&key, &id("n"), 1000)),
+        [&lock[..]]
+    );
 }
 
 #[test]

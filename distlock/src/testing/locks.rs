@@ -82,7 +82,7 @@ impl LockState {
 
     /// The holder's fencing token, when it took the lock with fencing.
     #[must_use]
-    pub fn fencing_token(&self) -> Option<u64> {
+    pub fn fencing_token(&self) -> Option<crate::FencingToken> {
         self.is_held().then_some(self.info.fencing_token).flatten()
     }
 

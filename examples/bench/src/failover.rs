@@ -183,10 +183,11 @@ async fn follow(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("leader stdout: {e}"))?;
-    let leader_term: u64 = line
+    let leader_term = line
         .trim()
         .strip_prefix("LEAD ")
         .and_then(|t| t.parse().ok())
+        .map(distlock::FencingToken::new)
         .ok_or_else(|| format!("leader said `{}`", line.trim()))?;
 
     let election = client

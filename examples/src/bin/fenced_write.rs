@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Error};
+use distlock::{Client, Error, FencingToken};
 use distlock_examples::fenced::{self, Write};
 use distlock_testkit::PostgresServer;
 
@@ -148,7 +148,7 @@ async fn main() {
     println!("\nthe stalled holder's late write was refused");
 }
 
-async fn write(db: &tokio_postgres::Client, value: &str, token: u64) -> Write {
+async fn write(db: &tokio_postgres::Client, value: &str, token: FencingToken) -> Write {
     fenced::fenced_write(db, LOCK, value, token)
         .await
         .unwrap_or_else(|e| fail("writing", e))

@@ -33,7 +33,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Guard, LockRequest};
+use distlock::{Client, FencingToken, Guard, LockRequest};
 use distlock_testkit::Observer;
 
 /// A process gives up after this long even if the target was not reached, so a broken lock
@@ -417,7 +417,10 @@ async fn hold(locks: &Client, kind: &str, name: &str, ttl: Duration, wait: Optio
         None => request.try_acquire().await.expect("the lock is free"),
     };
     // 0: taken without a fencing token.
-    println!("HELD {}", guard.fencing_token().unwrap_or(0));
+    println!(
+        "HELD {}",
+        guard.fencing_token().map_or(0, FencingToken::get)
+    );
     std::io::stdout().flush().expect("flush stdout");
     // Hold until killed: the test kills this process with SIGKILL, so no release runs.
     std::future::pending::<()>().await;

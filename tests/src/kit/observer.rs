@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use distlock::FencingToken;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, RedisResult, Script};
 
@@ -211,7 +212,7 @@ impl Observer {
 
     /// Presents a fencing token as a fenced resource would see it: accepted (true) only if it
     /// is larger than every token presented before under this name.
-    pub async fn fence(&self, token: u64) -> bool {
+    pub async fn fence(&self, token: FencingToken) -> bool {
         let result: RedisResult<i64> = self
             .fence_script
             .key(self.key("fence"))
@@ -228,7 +229,12 @@ impl Observer {
     /// has not passed `deadline` (what the leader's lease had left when it decided to act,
     /// from the wall clock of the same host); refused as stale (-1: an older term after a
     /// newer one acted, or two holders acting in one term) or as late (-2).
-    pub async fn lead(&self, term: u64, holder: &str, deadline: std::time::SystemTime) -> i64 {
+    pub async fn lead(
+        &self,
+        term: FencingToken,
+        holder: &str,
+        deadline: std::time::SystemTime,
+    ) -> i64 {
         static SCRIPT: std::sync::LazyLock<Script> =
             std::sync::LazyLock::new(|| Script::new(LEAD_SCRIPT));
         let deadline_ms = deadline
@@ -265,9 +271,10 @@ impl Observer {
     }
 
     /// The terms [`lead`](Self::lead) accepted, in the order they first acted.
-    pub async fn terms(&self) -> Vec<u64> {
+    pub async fn terms(&self) -> Vec<FencingToken> {
         let result = self.conn.clone().lrange(self.key("terms"), 0, -1).await;
-        self.check("terms", result)
+        let terms: Vec<u64> = self.check("terms", result);
+        terms.into_iter().map(FencingToken::new).collect()
     }
 
     /// Fencing tokens refused by [`fence`](Self::fence) for not being larger than the last.

@@ -14,7 +14,6 @@ use redis::IntoConnectionInfo;
 
 use super::binary::ensure_redis_available;
 use super::procfs;
-use super::servers::RedisServers;
 use super::wait::wait_until;
 
 const SIGNAL_STATE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,22 +121,6 @@ impl RedisServerBuilder {
         };
         server.wait_tls()?;
         Ok(server)
-    }
-
-    /// Starts `n` independent servers with these arguments.
-    ///
-    /// # Panics
-    /// As [`start`](Self::start).
-    pub fn start_many(&self, n: usize) -> RedisServers {
-        self.try_start_many(n).unwrap_or_else(|msg| panic!("{msg}"))
-    }
-
-    /// Like [`start_many`](Self::start_many) but returns the failure instead of panicking.
-    pub fn try_start_many(&self, n: usize) -> Result<RedisServers, String> {
-        let servers = (0..n)
-            .map(|_| self.try_start())
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(RedisServers::from_vec(servers))
     }
 }
 

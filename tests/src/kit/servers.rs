@@ -2,7 +2,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use super::server::RedisServer;
+use super::server::{RedisServer, RedisServerBuilder};
 
 /// `n` independent (non-replicating) Redis masters, each a [`RedisServer`].
 ///
@@ -30,10 +30,6 @@ impl RedisServers {
         RedisServer::builder()
             .args(args.iter().copied())
             .start_many(n)
-    }
-
-    pub(crate) fn from_vec(servers: Vec<RedisServer>) -> Self {
-        Self { servers }
     }
 
     /// Number of servers.
@@ -120,5 +116,25 @@ impl IntoIterator for RedisServers {
 
     fn into_iter(self) -> Self::IntoIter {
         self.servers.into_iter()
+    }
+}
+
+// The builder's methods that start several servers live here, beside what they return, so
+// `server.rs` does not import this file back.
+impl RedisServerBuilder {
+    /// Starts `n` independent servers with these arguments.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_many(&self, n: usize) -> RedisServers {
+        self.try_start_many(n).unwrap_or_else(|msg| panic!("{msg}"))
+    }
+
+    /// Like [`start_many`](Self::start_many) but returns the failure instead of panicking.
+    pub fn try_start_many(&self, n: usize) -> Result<RedisServers, String> {
+        let servers = (0..n)
+            .map(|_| self.try_start())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RedisServers { servers })
     }
 }

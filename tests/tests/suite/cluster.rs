@@ -180,7 +180,7 @@ async fn a_waiter_is_woken_through_sharded_pub_sub() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_grow_and_share_the_locks_slot() {
     let locks = client().await;
-    let mut last = 0;
+    let mut last = distlock::FencingToken::new(0);
     for _ in 0..5 {
         let guard = locks.lock("c-fence").fencing(true).try_acquire().await;
         let guard = guard.expect("free");
@@ -194,7 +194,7 @@ async fn fencing_tokens_grow_and_share_the_locks_slot() {
         .arg(fence_key("c-fence"))
         .query(&mut raw(master))
         .expect("the counter is on the lock's master");
-    assert_eq!(fence, last);
+    assert_eq!(fence, last.get());
 }
 
 /// The watchdog renews locks on every master (one pipeline per master) while they are held.
@@ -309,14 +309,14 @@ async fn renewals_are_batched_per_master() {
 }
 
 #[distributed_lock(key = "c-attr:<id>", client = locks, wait = "5s", fencing = true)]
-async fn pay(locks: &Client, id: u32) -> Result<u64, Error> {
+async fn pay(locks: &Client, id: u32) -> Result<distlock::FencingToken, Error> {
     let _ = id;
     let lease = distlock::lease().expect("locked");
     Ok(lease.fencing_token().expect("fencing = true"))
 }
 
 #[distributed_lock(key = "c-attr-re:<id>", client = locks, mode = "reentrant", fencing = true)]
-async fn nested(locks: &Client, id: u32) -> Result<u64, Error> {
+async fn nested(locks: &Client, id: u32) -> Result<distlock::FencingToken, Error> {
     pay(locks, id).await
 }
 
@@ -506,8 +506,13 @@ async fn fenced_writes_reach_the_key_and_its_mark_in_one_slot() {
         .expect("connect");
     let mut store = distlock::fenced::FencedRedis::new(conn);
     for key in ["fenced:plain", "fenced:{tagged}:x", "{}odd}"] {
-        store.set(key, "v", 2u64).await.expect("written");
-        let refused = store.set(key, "stale", 1u64).await;
+        store
+            .set(key, "v", distlock::FencingToken::new(2))
+            .await
+            .expect("written");
+        let refused = store
+            .set(key, "stale", distlock::FencingToken::new(1))
+            .await;
         assert!(
             matches!(refused, Err(distlock::Error::StaleToken { .. })),
             "{key}: {refused:?}"

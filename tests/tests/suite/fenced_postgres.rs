@@ -3,9 +3,9 @@
 //! or higher one writes, a database failure is another error than a refusal, and a holder
 //! stalled past its lease cannot overwrite its successor's row, end to end.
 
-use crate::fenced::{stale, StalledHolder};
+use crate::fenced::{stale, token, Kind, StalledHolder};
 use distlock::fenced::postgres::{classify, Fence};
-use distlock::Error;
+use distlock::{distributed_lock, Client, Error, FencingToken};
 use distlock_testkit::{PostgresServer, RedisServer};
 use tokio_postgres::types::ToSql;
 
@@ -54,17 +54,32 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
     let id = 7_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &10_i64)], 10_u64)
+        .upsert(
+            &db,
+            key,
+            &[("owner", &"A"), ("balance", &10_i64)],
+            token(10),
+        )
         .await
         .expect("insert");
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &11_i64)], 10_u64)
+        .upsert(
+            &db,
+            key,
+            &[("owner", &"A"), ("balance", &11_i64)],
+            token(10),
+        )
         .await
         .expect("the same token again");
     assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
     stale(
         fence
-            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 9_u64)
+            .upsert(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(9),
+            )
             .await,
         9,
         10,
@@ -72,20 +87,35 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
     assert_eq!(row(&db, id).await, Some(("A".into(), 11, 10)));
 
     let updated = fence
-        .update(&db, key, &[("owner", &"B"), ("balance", &20_i64)], 12_u64)
+        .update(
+            &db,
+            key,
+            &[("owner", &"B"), ("balance", &20_i64)],
+            token(12),
+        )
         .await
         .expect("a higher token");
     assert_eq!(updated, 1);
     stale(
         fence
-            .update(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .update(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(11),
+            )
             .await,
         11,
         12,
     );
     stale(
         fence
-            .upsert(&db, key, &[("owner", &"old"), ("balance", &0_i64)], 11_u64)
+            .upsert(
+                &db,
+                key,
+                &[("owner", &"old"), ("balance", &0_i64)],
+                token(11),
+            )
             .await,
         11,
         12,
@@ -96,7 +126,7 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
             &db,
             &[("id", &8_i64)],
             &[("owner", &"B"), ("balance", &1_i64)],
-            12_u64,
+            token(12),
         )
         .await
         .expect("no such row");
@@ -111,7 +141,7 @@ async fn a_lower_token_is_refused_and_an_equal_or_higher_one_writes() {
             &[],
         )
         .await
-        .map_err(|e| classify(e, 3_u64));
+        .map_err(|e| classify(e, token(3)));
     stale(by_hand, 3, 12);
     assert_eq!(row(&db, id).await, Some(("B".into(), 20, 12)));
 
@@ -140,10 +170,14 @@ async fn names_that_need_quoting_are_fenced_as_they_are() {
     let k = "k";
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("Key", &k)];
     fence
-        .upsert(&db, key, &[("v", &"new")], 5_u64)
+        .upsert(&db, key, &[("v", &"new")], token(5))
         .await
         .expect("write");
-    stale(fence.upsert(&db, key, &[("v", &"old")], 4_u64).await, 4, 5);
+    stale(
+        fence.upsert(&db, key, &[("v", &"old")], token(4)).await,
+        4,
+        5,
+    );
     let v: String = db
         .query_one(
             r#"SELECT v FROM "my schema"."Odd ""table""; DROP TABLE keep; --""#,
@@ -169,12 +203,12 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     let id = 1_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &5_i64)], 1_u64)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &5_i64)], token(1))
         .await
         .expect("write");
 
     let negative = fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &-1_i64)], 2_u64)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &-1_i64)], token(2))
         .await;
     let Err(Error::Store { source }) = &negative else {
         panic!("the application's CHECK is not a refusal: {negative:?}");
@@ -192,27 +226,78 @@ async fn a_database_failure_is_a_store_error_not_a_refusal() {
     assert!(e.to_string().starts_with("the fenced store failed"), "{e}");
 
     let missing = Fence::new("no_such_table", "fencing_token");
-    let write = missing.upsert(&db, key, &[("owner", &"A")], 3_u64).await;
+    let write = missing.upsert(&db, key, &[("owner", &"A")], token(3)).await;
     assert!(matches!(write, Err(Error::Store { .. })), "{write:?}");
     let install = missing.install(&db).await;
     assert!(matches!(install, Err(Error::Store { .. })), "{install:?}");
 
     // A token above what a bigint holds never reaches the database.
-    let huge = fence.upsert(&db, key, &[("owner", &"A")], u64::MAX).await;
+    let huge = fence
+        .upsert(&db, key, &[("owner", &"A")], token(u64::MAX))
+        .await;
     assert!(matches!(huge, Err(Error::InvalidConfig { .. })), "{huge:?}");
     assert_eq!(row(&db, id).await, Some(("A".into(), 5, 1)));
 
     // A connection that is gone.
     drop(pg);
-    let down = fence.upsert(&db, key, &[("owner", &"A")], 4_u64).await;
+    let down = fence.upsert(&db, key, &[("owner", &"A")], token(4)).await;
     assert!(matches!(down, Err(Error::Store { .. })), "{down:?}");
 }
 
-/// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock with fencing
+#[distributed_lock(key = "account:<id>", client = locks, fencing = true)]
+async fn set_balance(
+    locks: &Client,
+    db: &tokio_postgres::Client,
+    fence: &Fence,
+    id: i64,
+    balance: i64,
+) -> Result<(), Error> {
+    fence
+        .upsert(
+            db,
+            &[("id", &id)],
+            &[("owner", &"fn"), ("balance", &balance)],
+            distlock::lease(),
+        )
+        .await
+}
+
+/// A locked fn with `fencing = true` upserts in one line, passing the lease it sees; a token
+/// minted before the call is refused afterwards.
+#[tokio::test]
+async fn a_locked_fn_upserts_fenced_passing_its_lease() {
+    let server = RedisServer::start();
+    let locks = crate::common::client(&server).await;
+    let pg = PostgresServer::start();
+    let db = connect(&pg).await;
+    let fence = accounts(&db).await;
+    let earlier = locks
+        .lock("account:3")
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("free");
+    let stale_token = earlier.fencing_token().expect("fenced");
+    earlier.release().await.expect("release");
+
+    set_balance(&locks, &db, &fence, 3, 30)
+        .await
+        .expect("written");
+    let (owner, balance, written) = row(&db, 3).await.expect("the row");
+    assert_eq!((owner.as_str(), balance), ("fn", 30));
+    assert!(written > i64::try_from(stale_token).unwrap());
+    let late = fence
+        .update(&db, &[("id", &3_i64)], &[("balance", &0_i64)], stale_token)
+        .await;
+    stale(late, stale_token, FencingToken::new(written as u64));
+    assert_eq!(row(&db, 3).await.map(|r| r.1), Some(30));
+}
+
+/// The run of `suite/fenced.rs` with the row in PostgreSQL: A takes the lock or the lead
 /// (ttl 1 s) through a proxy that freezes until A's guard reports its lease lost; B takes the
 /// lock and writes its value; the proxy thaws and A writes with its old token, fenced or as a
 /// plain `UPDATE` that does not set the token. Returns the owner the row is left with.
-async fn stalled_holder_writes(fenced_write: bool) -> String {
+async fn stalled_holder_writes(kind: Kind, fenced_write: bool) -> String {
     let server = RedisServer::start();
     let pg = PostgresServer::start();
     let db = connect(&pg).await;
@@ -221,22 +306,22 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
     let id = 42_i64;
     let key: &[(&str, &(dyn ToSql + Sync))] = &[("id", &id)];
 
-    let run = StalledHolder::take(&server, name).await;
+    let run = StalledHolder::take(&server, kind, name).await;
     let token_a = run.token_a;
     fence
-        .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], token_a)
+        .upsert(&db, key, &[("owner", &"A"), ("balance", &1_i64)], &run.a)
         .await
         .expect("A writes while it holds the lock");
-    let (guard_b, token_b) = run.successor_takes_over().await;
+    let (b, token_b) = run.successor_takes_over().await;
     fence
-        .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], token_b)
+        .upsert(&db, key, &[("owner", &"B"), ("balance", &2_i64)], &b)
         .await
         .expect("B writes");
     run.proxy.thaw();
 
     if fenced_write {
         let late = fence
-            .update(&db, key, &[("owner", &"A"), ("balance", &3_i64)], token_a)
+            .update(&db, key, &[("owner", &"A"), ("balance", &3_i64)], &run.a)
             .await;
         stale(late, token_a, token_b);
     } else {
@@ -248,11 +333,11 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
         .expect("an unfenced write is not refused");
     }
     drop(run);
-    guard_b.release().await.expect("release");
-    let (owner, _, token) = row(&db, id).await.expect("the row");
+    b.release().await;
+    let (owner, _, written) = row(&db, id).await.expect("the row");
     assert_eq!(
-        u64::try_from(token).unwrap(),
-        token_b,
+        written,
+        i64::try_from(token_b).unwrap(),
         "no write lowered the token"
     );
     owner
@@ -261,11 +346,24 @@ async fn stalled_holder_writes(fenced_write: bool) -> String {
 /// End to end: the stalled holder's late write is refused by the table, and B's row stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_holders_late_write_is_refused_by_postgres() {
-    assert_eq!(stalled_holder_writes(true).await, "B");
+    assert_eq!(stalled_holder_writes(Kind::Lock, true).await, "B");
 }
 
 /// The control: the same run with a plain `UPDATE` (no token) loses B's value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_fence_the_stalled_holder_overwrites_its_successor() {
-    assert_eq!(stalled_holder_writes(false).await, "A");
+    assert_eq!(stalled_holder_writes(Kind::Lock, false).await, "A");
+}
+
+/// End to end for leaders: a leader frozen past its lease updates the row with its term once
+/// it resumes; the table refuses it, and the next leader's row stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leaders_late_write_is_refused_by_postgres() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, true).await, "B");
+}
+
+/// The control for leaders: a plain `UPDATE` loses the next leader's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_the_stalled_leader_overwrites_the_next_leaders_row() {
+    assert_eq!(stalled_holder_writes(Kind::Leader, false).await, "A");
 }

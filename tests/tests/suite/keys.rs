@@ -423,7 +423,7 @@ async fn every_key_the_library_writes_expires() {
 async fn a_fencing_counter_that_expired_still_issues_a_larger_token() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let mut last = 0;
+    let mut last = distlock::FencingToken::new(0);
     for mode in ["setnx", "reentrant", "write"] {
         let name = format!("expiring-{mode}");
         let take = || async {

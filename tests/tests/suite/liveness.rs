@@ -9,7 +9,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{as_other_owner, client, fence_key, intents_key, lock_key, subscribers, CONTENDER};
+use common::{as_other_owner, client, contender, fence_key, intents_key, lock_key, subscribers};
 use distlock::Client;
 use distlock_testkit::{wait_until_async, FaultProxy, RedisServer};
 use redis::AsyncCommands;
@@ -58,7 +58,7 @@ async fn a_reader_turned_away_by_a_crashed_writers_intent_waits_only_for_the_int
     })
     .await;
     assert!(asleep, "the reader waits");
-    let mut writer = Command::new(CONTENDER)
+    let mut writer = Command::new(contender())
         .args(["wait", "write", &server.url(), name, "30000"])
         .stdout(Stdio::null())
         .spawn()

@@ -4,17 +4,16 @@
 //!
 //! A test file needs a process of its own, and stays a binary beside this one, when it
 //! installs something once per process or disturbs a deployment the process shares:
-//! `operations.rs` (a global metrics recorder), `rwlock_wakeups.rs` (the process-wide test
-//! hook `__fuzz::wake_ups_only`), `cluster_failover.rs` and `sentinel.rs` (they kill and pause
-//! the servers of their shared deployment), `election.rs` (it starts its candidates with
+//! `operations/` (a global metrics recorder), `rwlock_wakeups.rs` (the process-wide test
+//! hook `__test_hooks::wake_ups_only`), `cluster_failover.rs` and `sentinel.rs` (they kill and pause
+//! the servers of their shared deployment), `election/` (it starts its candidates with
 //! `tokio::process`, whose `SIGCHLD` handler interrupts other tests' timed socket reads),
 //! `scale.rs` and `rwlock_crowd.rs`
 //! (ignored tiers that run alone, `.ci/run`) and `lost_replies.rs` (its own tier, run with its
-//! figures shown). A new file here is a `mod` line below, with `use crate::common;` in place
-//! of `mod common;`.
+//! figures shown). A new file here is a `mod` line below; the helpers every test binary shares
+//! are the kit's (`distlock_testkit::common`), `use crate::common;` in a module here.
 
-#[path = "../common/mod.rs"]
-mod common;
+use distlock_testkit::common;
 
 mod acl;
 mod bad_input;

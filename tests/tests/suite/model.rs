@@ -178,8 +178,8 @@ impl Handle {
     /// The fencing token, or the term.
     fn fence(&self) -> Option<u64> {
         match self {
-            Handle::Lock(g) => g.fencing_token(),
-            Handle::Lead(l) => Some(l.term()),
+            Handle::Lock(g) => g.fencing_token().map(distlock::FencingToken::get),
+            Handle::Lead(l) => Some(l.term().get()),
         }
     }
 

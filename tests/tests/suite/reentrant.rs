@@ -27,7 +27,7 @@ async fn reentry_depth_1_to_16_balances_and_the_key_is_gone_after_the_last_relea
     let server = RedisServer::start();
     let locks = client(&server).await;
     let raw = server.async_connection().await;
-    let mut last_token = 0;
+    let mut last_token = distlock::FencingToken::new(0);
     for depth in 1..=16i64 {
         let mut guards = Vec::new();
         for _ in 0..depth {

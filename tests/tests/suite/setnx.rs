@@ -85,7 +85,7 @@ async fn the_same_task_asking_again_fails_at_once_instead_of_deadlocking() {
 async fn fencing_tokens_increase_with_every_acquisition() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    let mut last = 0;
+    let mut last = distlock::FencingToken::new(0);
     for i in 0..6 {
         // Acquisitions without a token in between leave the order of the tokens alone.
         if i % 2 == 1 {

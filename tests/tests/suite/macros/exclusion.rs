@@ -11,7 +11,11 @@ use super::*;
     wait = "30s",
     fencing = true
 )]
-async fn section(locks: &Client, name: &str, observer: &Observer) -> Result<u64, AppError> {
+async fn section(
+    locks: &Client,
+    name: &str,
+    observer: &Observer,
+) -> Result<distlock::FencingToken, AppError> {
     let fence = distlock::lease()
         .expect("inside a locked fn")
         .fencing_token()

@@ -7,7 +7,7 @@ async fn reentrant_outer(
     locks: &Client,
     id: u32,
     conn: &redis::aio::MultiplexedConnection,
-) -> Result<u64, AppError> {
+) -> Result<distlock::FencingToken, AppError> {
     let outer = distlock::lease()
         .expect("outer")
         .fencing_token()
@@ -33,7 +33,7 @@ async fn reentrant_outer(
     wait = "0s",
     fencing = true
 )]
-async fn reentrant_inner(locks: &Client, id: u32) -> Result<u64, AppError> {
+async fn reentrant_inner(locks: &Client, id: u32) -> Result<distlock::FencingToken, AppError> {
     let lease = distlock::lease().expect("inner");
     Ok(lease.fencing_token().expect("fencing = true"))
 }

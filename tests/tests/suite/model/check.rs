@@ -118,7 +118,7 @@ impl Sut {
             // A hold the model is unsure of: any view, as long as terms only grow.
             _ => None,
         };
-        let shown = || seen.borrow().as_ref().map(|leader| leader.term);
+        let shown = || seen.borrow().as_ref().map(|leader| leader.term.get());
         let mut terms_shown = Vec::new();
         let matched = poll(OBSERVER_LIMIT, || {
             let now = shown();

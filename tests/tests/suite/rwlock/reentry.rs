@@ -94,7 +94,7 @@ async fn read_and_write_re_enter_per_task_and_fencing_counts_writes_only() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let raw = server.async_connection().await;
-    let mut last_write = 0;
+    let mut last_write = distlock::FencingToken::new(0);
     for _ in 0..3 {
         let mut writes = Vec::new();
         for _ in 0..3 {

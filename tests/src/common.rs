@@ -1,15 +1,33 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! Helpers of this project's own integration tests (`tests/tests/`): a client on a kit
+//! server, the Redis keys and channels of a lock name, server capabilities, the `contender`
+//! processes, and the checks every mode shares.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::{Observer, RedisServer};
 use distlock::{Client, LockContext};
-use distlock_testkit::{Observer, RedisServer};
 
-pub const CONTENDER: &str = env!("CARGO_BIN_EXE_contender");
+/// The `contender` executable (`tests/src/bin/contender.rs`), which Cargo builds beside the
+/// integration tests of this package: `target/<profile>/contender`, next to the test's own
+/// `deps/` directory.
+///
+/// # Panics
+/// If the test's own path has no such parent.
+pub fn contender() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps/<test>")
+        .join("contender")
+}
 
+/// A client on `server`, with the default settings.
+///
+/// # Panics
+/// If it cannot connect.
 pub async fn client(server: &RedisServer) -> Client {
     Client::connect(&server.url()).await.expect("connect")
 }
@@ -143,7 +161,7 @@ pub fn spawn_waiter(
 pub fn run_contenders(processes: usize, args: &[&str]) -> Vec<u64> {
     let children: Vec<Child> = (0..processes)
         .map(|_| {
-            Command::new(CONTENDER)
+            Command::new(contender())
                 .args(args)
                 .stdout(Stdio::piped())
                 .spawn()
@@ -167,7 +185,7 @@ pub fn run_contenders(processes: usize, args: &[&str]) -> Vec<u64> {
 /// Starts a contender that takes the lock and holds it until killed; returns the process and
 /// the fencing token it printed.
 pub fn spawn_holder(kind: &str, url: &str, name: &str, ttl_ms: u64) -> (Child, u64) {
-    let mut holder = Command::new(CONTENDER)
+    let mut holder = Command::new(contender())
         .args(["hold", kind, url, name, &ttl_ms.to_string()])
         .stdout(Stdio::piped())
         .spawn()
