@@ -24,14 +24,13 @@
 //! closed socket) fails the connection: every waiting caller gets an error, at once.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use redis::{PushInfo, PushKind, Value};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -211,15 +210,10 @@ impl Wire {
                     self.fail(kind);
                 }
             }
-            // The read below most often brings this caller's own answer, and handing it out
-            // would wake the task that the last wait left registered: this one, which the
-            // runtime would then poll once more for nothing (on a multi-thread runtime, through
-            // its shared queue, waking an idle worker to take it: two context switches per
-            // round trip). So the registration is swapped for a no-op first; an answer another
-            // caller hands out from here on is found below, or by the wait's own poll.
-            if let Poll::Ready(got) =
-                Pin::new(&mut *answer).poll(&mut Context::from_waker(Waker::noop()))
-            {
+            // Handing out this caller's own answer (what the read below most often brings) would
+            // wake the waker the last wait left: this task, polled again for nothing (through the
+            // runtime's queue, waking an idle worker). A no-op waker takes its place until then.
+            if let Poll::Ready(got) = answer.poll_unpin(&mut Context::from_waker(Waker::noop())) {
                 return got.unwrap_or(Err(io::ErrorKind::ConnectionAborted));
             }
             if let Err(kind) = self.read(Some(sequence)) {
