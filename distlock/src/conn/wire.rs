@@ -27,8 +27,10 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use redis::{PushInfo, PushKind, Value};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -207,6 +209,12 @@ impl Wire {
                 if let Err(kind) = self.flush() {
                     self.fail(kind);
                 }
+            }
+            // Handing out this caller's own answer (what the read below most often brings) would
+            // wake the waker the last wait left: this task, polled again for nothing (through the
+            // runtime's queue, waking an idle worker). A no-op waker takes its place until then.
+            if let Poll::Ready(got) = answer.poll_unpin(&mut Context::from_waker(Waker::noop())) {
+                return got.unwrap_or(Err(io::ErrorKind::ConnectionAborted));
             }
             if let Err(kind) = self.read(Some(sequence)) {
                 self.fail(kind);

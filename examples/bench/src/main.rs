@@ -43,7 +43,8 @@ use deployments::{
 use report::{ClusterMeta, Meta, Results};
 use scenarios::{Plan, Scenario};
 
-const USAGE: &str = "usage: bench [--quick] [--out DIR] [--only IDS] [--no-native]
+const USAGE: &str = "usage: bench [--quick] [--rounds N] [--out DIR] [--only IDS] [--no-native]
+  --rounds N  rounds instead of the plan's (7; 3 with --quick)
   --out DIR   where bench.{md,json,svg} go (default: target/bench)
   --no-native the single node's `COMMAND` renamed away, so that the client does not find the
               server's native `SET .. IFEQ` (Valkey 8.1+, Redis 8.4+) and renews setnx leases
@@ -71,14 +72,21 @@ fn main() -> ExitCode {
         Some(memory::CHILD_FLAG) => return memory::child(&args[2..]),
         _ => {}
     }
-    let (quick, out, only, no_native) = match parse_args() {
+    let Args {
+        quick,
+        rounds,
+        out,
+        only,
+        no_native,
+    } = match parse_args() {
         Ok(args) => args,
         Err(msg) => {
             eprintln!("{msg}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    let plan = Plan::new(quick);
+    let mut plan = Plan::new(quick);
+    plan.rounds = rounds.unwrap_or(plan.rounds);
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
         .filter(|s| only.as_ref().is_none_or(|only| only.contains(s)))
@@ -164,14 +172,29 @@ fn main() -> ExitCode {
     }
 }
 
-#[allow(clippy::type_complexity)]
-fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>, bool), String> {
+/// What the command line asks for.
+struct Args {
+    quick: bool,
+    rounds: Option<usize>,
+    out: PathBuf,
+    only: Option<Vec<Scenario>>,
+    no_native: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
     let (mut quick, mut out, mut only) = (false, PathBuf::from("target/bench"), None);
-    let mut no_native = false;
+    let (mut rounds, mut no_native) = (None, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--rounds" => {
+                let n = args.next().ok_or("--rounds needs a number")?;
+                match n.parse::<usize>() {
+                    Ok(n) if n > 0 => rounds = Some(n),
+                    _ => return Err(format!("--rounds needs a number above 0, not `{n}`")),
+                }
+            }
             "--no-native" => no_native = true,
             "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
             "--only" => {
@@ -194,7 +217,13 @@ fn parse_args() -> Result<(bool, PathBuf, Option<Vec<Scenario>>, bool), String> 
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok((quick, out, only, no_native))
+    Ok(Args {
+        quick,
+        rounds,
+        out,
+        only,
+        no_native,
+    })
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine shows up here.
