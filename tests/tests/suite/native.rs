@@ -15,6 +15,7 @@ use distlock_testkit::wait_until_async;
 use distlock_testkit::RedisServer;
 
 use crate::common;
+use common::{has_set_ifeq, renewal_calls as renewals};
 
 const EVENT_LIMIT: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(1);
@@ -52,22 +53,6 @@ fn scripts_binary() -> PathBuf {
         .map(|dir| dir.join("redis-server"))
         .find(|p| p.exists())
         .expect("redis-server on PATH")
-}
-
-fn has_set_ifeq(server: &RedisServer) -> bool {
-    let docs: redis::Value = redis::cmd("COMMAND")
-        .arg("DOCS")
-        .arg("SET")
-        .query(&mut server.connection())
-        .unwrap_or(redis::Value::Nil);
-    format!("{docs:?}").contains("\"IFEQ\"")
-}
-
-/// Renewals a server ran: native (`SET` calls) and scripted (`EVALSHA` and `EVAL` calls).
-fn renewals(server: &RedisServer) -> (u64, u64) {
-    let stats = server.commandstats();
-    let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
-    (calls("set"), calls("evalsha") + calls("eval"))
 }
 
 /// Waits until `server` ran `n` more of the kind of renewal it should run (native if it has
