@@ -1,6 +1,8 @@
 //! The setnx lease renewed with the server's own `SET .. IFEQ` where the server has it
 //! (Valkey 8.1, Redis 8.4) and with the script elsewhere, node by node: a quorum of servers of
-//! both kinds, and a server replaced on its port by one of the other kind.
+//! both kinds, and a server replaced on its port by one of the other kind; a native renewal
+//! refused as a syntax error sent again as the script (`fallback.rs`); a Sentinel failover
+//! from Redis 7.0 to Valkey 8.1 (`failover.rs`).
 //!
 //! These need a server with the command (the Valkey 8.1 binary `tests/matrix.sh` fetches into
 //! `target/servers/`, or `DISTLOCK_VALKEY_SERVER`) and one without (`redis-server` on `PATH`,
@@ -16,6 +18,9 @@ use distlock_testkit::RedisServer;
 
 use crate::common;
 use common::{has_set_ifeq, renewal_calls as renewals};
+
+mod failover;
+mod fallback;
 
 const EVENT_LIMIT: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(1);
