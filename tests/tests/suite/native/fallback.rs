@@ -60,12 +60,12 @@ async fn a_native_renewal_refused_as_a_syntax_error_goes_again_as_the_script() {
         scripted,
         "scripted renewals on Redis 7.0: {before:?} -> {after:?}"
     );
-    // The native renewals the redirect caught (one, or two if a second pipeline was out),
-    // refused; none after (the node is marked as lacking the command).
+    // The native renewals the redirect caught (one pipeline's, or up to the watchdog's three
+    // outstanding), refused; none after (the node is marked as lacking the command).
     let refused = after.0 - before.0;
     assert!(
-        (1..=2).contains(&refused),
-        "{refused} SETs reached Redis 7.0 (1 or 2 refused native renewals expected)"
+        (1..=3).contains(&refused),
+        "{refused} SETs reached Redis 7.0 (1 to 3 refused native renewals expected)"
     );
     assert!(guard.is_held(), "the lease was lost");
     assert_eq!(holder(&redis, name).as_deref(), Some(token.as_str()));
