@@ -133,32 +133,35 @@ fi
 cargo test -p distlock-testkit "${builds[@]}" --no-run --quiet
 
 mkdir -p "$LOGS"
-passed=0
-failed=0
-legs=("$@")
-[ ${#legs[@]} -gt 0 ] || legs=(redis-6.2 valkey-8.1)
-for leg in "${legs[@]}"; do
+
+# run_leg <server>: runs every check on one server, a line each, then the leg's total; its
+# last line is `passed failed` for the summary.
+run_leg() {
+  local leg=$1 install passed=0 failed=0
   case $leg in
   redis-6.2) install=install_redis_62 ;;
   valkey-8.1) install=install_valkey_81 ;;
   redis-7.0) install=install_redis_70 ;;
   *)
     echo "unknown server $leg: choose from redis-6.2 valkey-8.1 redis-7.0" >&2
-    exit 2
+    echo "0 1"
+    return
     ;;
   esac
   if ! $install; then
     printf '%-11s %-16s %s\n' "$leg" "-" "FAILED (the server could not be had)"
-    failed=$((failed + 1))
-    continue
+    echo "0 1"
+    return
   fi
+  local version leg_started
   version=$("$SERVER" --version | grep -o 'v=[0-9.]*' | cut -c3-)
   leg_started=$(date +%s)
   for check in "${CHECKS[@]}"; do
-    name=${check%%|*}
+    local name=${check%%|*}
     # The native renewal needs a server with `SET .. IFEQ` beside Redis 7.0 (its tests start
     # both): it runs in the Valkey leg.
     if [ "$name" = native ] && [ "$leg" != valkey-8.1 ]; then continue; fi
+    local args log started status secs tests
     read -r -a args <<<"${check#*|}"
     log=$LOGS/$leg-$name.log
     started=$(date +%s)
@@ -183,6 +186,26 @@ for leg in "${legs[@]}"; do
     fi
   done
   printf '%-11s %-16s %s s\n' "$leg" "total" "$(($(date +%s) - leg_started))"
+  echo "$passed $failed"
+}
+
+legs=("$@")
+[ ${#legs[@]} -gt 0 ] || legs=(redis-6.2 valkey-8.1)
+# The legs run side by side: each server on its own free ports, each test mostly waiting on
+# leases, wake-ups and failovers rather than on the CPU, so two legs take little longer than
+# one. Each leg's lines are printed together once every leg is done.
+for leg in "${legs[@]}"; do
+  run_leg "$leg" >"$LOGS/$leg.out" &
+done
+wait
+passed=0
+failed=0
+for leg in "${legs[@]}"; do
+  sed '$d' "$LOGS/$leg.out"
+  read -r p f < <(tail -1 "$LOGS/$leg.out")
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-1}))
+  rm -f "$LOGS/$leg.out"
 done
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
