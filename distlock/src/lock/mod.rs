@@ -5,5 +5,6 @@ mod attempt;
 mod pending;
 mod request;
 
+/// What a request is made of, for the primitives built on one (an election keeps it).
+pub(crate) use crate::config::Settings;
 pub use request::LockRequest;
-pub(crate) use request::Settings;

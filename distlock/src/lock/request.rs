@@ -9,63 +9,24 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use crate::algorithm::Algorithm;
-use crate::config::{Replicas, DEFAULT_TTL, DEFAULT_WAIT};
+use crate::config::{Replicas, Settings};
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::key::LockKey;
 use crate::runtime::Shared;
 use crate::telemetry::{Labels, NO_LABEL};
 
-use super::attempt::{acquire, Acquiring, Asked};
+use super::attempt::{acquire, Acquiring};
 
 /// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
 /// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
 #[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct LockRequest<'c> {
-    shared: &'c Arc<Shared>,
-    algorithm: &'static Algorithm,
-    key: Result<LockKey, Error>,
-    settings: Settings,
-    caller: &'static Location<'static>,
-}
-
-/// Every setting of a request, with its default: what the setters of [`LockRequest`] set,
-/// and what a primitive built on a lock (an [`Election`](crate::Election)) keeps between
-/// its requests.
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) watchdog: bool,
-    pub(crate) renew_every: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) replicas: Option<Replicas>,
-    pub(crate) min_hold: Option<Duration>,
-    pub(crate) fencing: bool,
-    /// A semaphore's number of permits (`None` for the other modes).
-    pub(crate) permits: Option<u32>,
-    pub(crate) label: Cow<'static, str>,
-    pub(crate) record_name: bool,
-    pub(crate) site: Option<&'static str>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            ttl: DEFAULT_TTL,
-            wait: DEFAULT_WAIT,
-            watchdog: true,
-            renew_every: None,
-            max_hold: None,
-            replicas: None,
-            min_hold: None,
-            fencing: false,
-            permits: None,
-            label: Cow::Borrowed(NO_LABEL),
-            record_name: false,
-            site: None,
-        }
-    }
+    pub(super) shared: &'c Arc<Shared>,
+    pub(super) algorithm: &'static Algorithm,
+    pub(super) key: Result<LockKey, Error>,
+    pub(super) settings: Settings,
+    pub(super) caller: &'static Location<'static>,
 }
 
 impl<'c> LockRequest<'c> {
@@ -271,40 +232,9 @@ impl<'c> LockRequest<'c> {
         };
         let span = labels.acquire_span();
         Acquiring {
-            attempt: acquire(self.asked(), wait, labels.clone()).instrument(span),
+            attempt: acquire(self, wait, labels.clone()).instrument(span),
             labels,
             started: None,
-        }
-    }
-
-    /// What the acquire loop takes from the request.
-    fn asked(self) -> Asked<'c> {
-        let Settings {
-            ttl,
-            watchdog,
-            renew_every,
-            max_hold,
-            replicas,
-            min_hold,
-            fencing,
-            permits,
-            site,
-            ..
-        } = self.settings;
-        Asked {
-            shared: self.shared,
-            algorithm: self.algorithm,
-            key: self.key,
-            ttl,
-            watchdog,
-            renew_every,
-            max_hold,
-            replicas,
-            min_hold,
-            fencing,
-            permits,
-            site,
-            caller: self.caller,
         }
     }
 }
