@@ -1,8 +1,8 @@
 //! Inspection on a quorum reads every node at once, each within the node timeout, and reports
 //! the lock as a majority of the nodes reads it: a node gone silent costs an operator's
-//! `inspect` or `force_unlock` the node timeout, not the connection's response timeout, and a
-//! hold that a minority of nodes keeps (an attempt that lost, a leftover) is not reported as
-//! the holder.
+//! `inspect`, `force_unlock` or `list` the node timeout, not the connection's response timeout
+//! nor the whole call, and a hold that a minority of nodes keeps (an attempt that lost, a
+//! leftover) is not reported as the holder nor listed.
 
 use crate::common;
 
@@ -103,5 +103,38 @@ async fn a_hold_on_a_minority_is_not_reported() {
     let info = locks.inspect("leftover").await.expect("inspect");
     assert!(!info.is_held(), "{info:?}");
     let guard = locks.lock("leftover").try_acquire().await.expect("free");
+    guard.release().await.expect("release");
+}
+
+/// The first node blackholed: `list` scans the other two at once and answers within about the
+/// node timeout with the locks a majority holds: the guard's lock, not a leftover that one
+/// node keeps. (A node that did not answer failed the whole listing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_leaves_the_listing_to_the_majority() {
+    let node_timeout = Duration::from_millis(200);
+    let servers = RedisServers::start(3);
+    let proxy = FaultProxy::start(&servers[0].addr()).expect("fault proxy");
+    let mut urls = servers.urls();
+    urls[0] = proxy.url();
+    let locks = Client::quorum_builder(urls)
+        .response_timeout(Duration::from_secs(120))
+        .node_timeout(node_timeout)
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = locks.lock("listed").try_acquire().await.expect("free");
+    held_by_another(&servers[1], "leftover", "left-behind").await;
+
+    proxy.blackhole(true);
+    let started = std::time::Instant::now();
+    let names = within("list", locks.list())
+        .await
+        .expect("a majority answers");
+    let took = started.elapsed();
+    assert_eq!(names, ["listed"]);
+    // The node timeout and two round trips, with room for a loaded machine.
+    assert!(took < node_timeout * 10, "took {took:?}");
+    proxy.blackhole(false);
     guard.release().await.expect("release");
 }
