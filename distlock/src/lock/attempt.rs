@@ -22,7 +22,7 @@ use crate::telemetry::{Labels, Outcome};
 use crate::wait::Waiter;
 
 use super::pending::Pending;
-use super::request::LockRequest;
+use super::LockRequest;
 use crate::watchdog::Watch;
 
 /// Everything an acquisition settles before its first attempt.

@@ -17,17 +17,7 @@ use crate::runtime::Shared;
 use crate::telemetry::{Labels, NO_LABEL};
 
 use super::attempt::{acquire, Acquiring};
-
-/// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
-/// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
-#[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
-pub struct LockRequest<'c> {
-    pub(super) shared: &'c Arc<Shared>,
-    pub(super) algorithm: &'static Algorithm,
-    pub(super) key: Result<LockKey, Error>,
-    pub(super) settings: Settings,
-    pub(super) caller: &'static Location<'static>,
-}
+use super::LockRequest;
 
 impl<'c> LockRequest<'c> {
     pub(crate) fn new(
