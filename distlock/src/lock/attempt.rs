@@ -18,7 +18,7 @@ use crate::lease::{LeaseState, Stamp};
 use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
-use crate::telemetry::{Labels, Outcome};
+use crate::telemetry::Labels;
 use crate::wait::Waiter;
 
 use super::pending::Pending;
@@ -478,52 +478,4 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
 /// attempt (see [`Waiter::worth_a_last_try`]).
 fn gave_up(deadline: Option<Instant>, waiter: &Waiter<'_>) -> bool {
     !waiter.worth_a_last_try() && deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-pin_project_lite::pin_project! {
-    /// An acquisition: its attempts inside its span, then the outcome reported to traces
-    /// and metrics. Written by hand: an `async` block around the attempts would keep them
-    /// twice in its future (once captured, once awaited).
-    pub(super) struct Acquiring<F> {
-        #[pin]
-        pub(super) attempt: tracing::instrument::Instrumented<F>,
-        pub(super) labels: Arc<Labels>,
-        pub(super) started: Option<Instant>,
-    }
-}
-
-impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
-    type Output = Result<Guard, Error>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let mut this = self.project();
-        // The wait is measured only where something records it (a span a subscriber keeps,
-        // or the metrics): two clock reads on every acquisition otherwise.
-        let timed = cfg!(feature = "metrics") || !this.attempt.span().is_disabled();
-        let started = timed.then(|| *this.started.get_or_insert_with(Instant::now));
-        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
-            return std::task::Poll::Pending;
-        };
-        let (outcome, attempts, fence, error) = match &result {
-            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
-            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
-            Err(e @ Error::Timeout { attempts, .. }) => {
-                (Outcome::Timeout, *attempts, None, Some(e))
-            }
-            Err(e) => (Outcome::Error, 0, None, Some(e)),
-        };
-        let waited = match (started, &result) {
-            (Some(started), _) => started.elapsed(),
-            // An event may be kept where the span is not: a timeout says how long it waited.
-            (None, Err(Error::Timeout { waited, .. })) => *waited,
-            (None, _) => Duration::ZERO,
-        };
-        let span = this.attempt.span();
-        this.labels
-            .acquired(span, outcome, waited, attempts, fence, error);
-        std::task::Poll::Ready(result.map(|(guard, _)| guard))
-    }
 }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::panic::Location;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
@@ -14,9 +14,9 @@ use crate::error::Error;
 use crate::guard::Guard;
 use crate::key::LockKey;
 use crate::runtime::Shared;
-use crate::telemetry::{Labels, NO_LABEL};
+use crate::telemetry::{Labels, Outcome, NO_LABEL};
 
-use super::attempt::{acquire, Acquiring};
+use super::attempt::acquire;
 use super::LockRequest;
 
 impl<'c> LockRequest<'c> {
@@ -226,5 +226,53 @@ impl<'c> LockRequest<'c> {
             labels,
             started: None,
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An acquisition: its attempts inside its span, then the outcome reported to traces
+    /// and metrics. Written by hand: an `async` block around the attempts would keep them
+    /// twice in its future (once captured, once awaited).
+    struct Acquiring<F> {
+        #[pin]
+        attempt: tracing::instrument::Instrumented<F>,
+        labels: Arc<Labels>,
+        started: Option<Instant>,
+    }
+}
+
+impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
+    type Output = Result<Guard, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut this = self.project();
+        // The wait is measured only where something records it (a span a subscriber keeps,
+        // or the metrics): two clock reads on every acquisition otherwise.
+        let timed = cfg!(feature = "metrics") || !this.attempt.span().is_disabled();
+        let started = timed.then(|| *this.started.get_or_insert_with(Instant::now));
+        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
+            return std::task::Poll::Pending;
+        };
+        let (outcome, attempts, fence, error) = match &result {
+            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
+            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
+            Err(e @ Error::Timeout { attempts, .. }) => {
+                (Outcome::Timeout, *attempts, None, Some(e))
+            }
+            Err(e) => (Outcome::Error, 0, None, Some(e)),
+        };
+        let waited = match (started, &result) {
+            (Some(started), _) => started.elapsed(),
+            // An event may be kept where the span is not: a timeout says how long it waited.
+            (None, Err(Error::Timeout { waited, .. })) => *waited,
+            (None, _) => Duration::ZERO,
+        };
+        let span = this.attempt.span();
+        this.labels
+            .acquired(span, outcome, waited, attempts, fence, error);
+        std::task::Poll::Ready(result.map(|(guard, _)| guard))
     }
 }
