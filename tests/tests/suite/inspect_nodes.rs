@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use distlock::testing::lock_state;
-use distlock::Client;
+use distlock::{Client, Error};
 use distlock_testkit::{FaultProxy, RedisServer, RedisServers};
 
 /// Fails the test, naming `what`, if `f` does not finish within 20 s: a call that hangs.
@@ -137,4 +137,46 @@ async fn a_silent_node_leaves_the_listing_to_the_majority() {
     assert!(took < node_timeout * 10, "took {took:?}");
     proxy.blackhole(false);
     guard.release().await.expect("release");
+}
+
+/// Two nodes of three blackholed: `list` cannot say what a majority holds, and says so
+/// (`QuorumNotReached`, naming the silent nodes) within about the node timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_majority_fails_the_listing_quickly() {
+    let node_timeout = Duration::from_millis(200);
+    let servers = RedisServers::start(3);
+    let proxies: Vec<FaultProxy> = servers
+        .iter()
+        .take(2)
+        .map(|s| FaultProxy::start(&s.addr()).expect("fault proxy"))
+        .collect();
+    let mut urls = servers.urls();
+    for (url, proxy) in urls.iter_mut().zip(&proxies) {
+        *url = proxy.url();
+    }
+    let locks = Client::quorum_builder(urls)
+        .response_timeout(Duration::from_secs(120))
+        .node_timeout(node_timeout)
+        .restart_delay(Duration::ZERO)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = locks.lock("listed").try_acquire().await.expect("free");
+
+    proxies.iter().for_each(|p| p.blackhole(true));
+    let started = std::time::Instant::now();
+    let listed = within("list", locks.list()).await;
+    let took = started.elapsed();
+    match listed {
+        Err(Error::QuorumNotReached {
+            acked: 1,
+            needed: 2,
+            errors,
+            ..
+        }) => assert_eq!(errors.len(), 2, "{errors:?}"),
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(took < node_timeout * 10, "took {took:?}");
+    proxies.iter().for_each(|p| p.blackhole(false));
+    drop(guard);
 }
