@@ -19,6 +19,9 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
 }
 
+/// A quorum client's node timeout by default, with a response timeout above it.
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// A quorum client over `urls` whose connections wait two minutes for an answer (so only the
 /// node timeout can end a read of a silent node early), every node voting at once.
 async fn quorum(urls: Vec<String>) -> Client {
@@ -111,18 +114,11 @@ async fn a_hold_on_a_minority_is_not_reported() {
 /// node keeps. (A node that did not answer failed the whole listing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_leaves_the_listing_to_the_majority() {
-    let node_timeout = Duration::from_millis(200);
     let servers = RedisServers::start(3);
     let proxy = FaultProxy::start(&servers[0].addr()).expect("fault proxy");
     let mut urls = servers.urls();
     urls[0] = proxy.url();
-    let locks = Client::quorum_builder(urls)
-        .response_timeout(Duration::from_secs(120))
-        .node_timeout(node_timeout)
-        .restart_delay(Duration::ZERO)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = quorum(urls).await;
     let guard = locks.lock("listed").try_acquire().await.expect("free");
     held_by_another(&servers[1], "leftover", "left-behind").await;
 
@@ -134,7 +130,7 @@ async fn a_silent_node_leaves_the_listing_to_the_majority() {
     let took = started.elapsed();
     assert_eq!(names, ["listed"]);
     // The node timeout and two round trips, with room for a loaded machine.
-    assert!(took < node_timeout * 10, "took {took:?}");
+    assert!(took < NODE_TIMEOUT * 10, "took {took:?}");
     proxy.blackhole(false);
     guard.release().await.expect("release");
 }
@@ -143,7 +139,6 @@ async fn a_silent_node_leaves_the_listing_to_the_majority() {
 /// (`QuorumNotReached`, naming the silent nodes) within about the node timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_majority_fails_the_listing_quickly() {
-    let node_timeout = Duration::from_millis(200);
     let servers = RedisServers::start(3);
     let proxies: Vec<FaultProxy> = servers
         .iter()
@@ -154,13 +149,7 @@ async fn a_silent_majority_fails_the_listing_quickly() {
     for (url, proxy) in urls.iter_mut().zip(&proxies) {
         *url = proxy.url();
     }
-    let locks = Client::quorum_builder(urls)
-        .response_timeout(Duration::from_secs(120))
-        .node_timeout(node_timeout)
-        .restart_delay(Duration::ZERO)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = quorum(urls).await;
     let guard = locks.lock("listed").try_acquire().await.expect("free");
 
     proxies.iter().for_each(|p| p.blackhole(true));
@@ -176,7 +165,7 @@ async fn a_silent_majority_fails_the_listing_quickly() {
         }) => assert_eq!(errors.len(), 2, "{errors:?}"),
         other => panic!("expected QuorumNotReached, got {other:?}"),
     }
-    assert!(took < node_timeout * 10, "took {took:?}");
+    assert!(took < NODE_TIMEOUT * 10, "took {took:?}");
     proxies.iter().for_each(|p| p.blackhole(false));
     drop(guard);
 }
