@@ -1,9 +1,12 @@
 //! The settings a client and a lock request take, and their defaults: one home for every
 //! value the builder, the request and the attributes share.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::lease;
+use crate::telemetry::NO_LABEL;
 
 /// Default ttl of a lock: long enough that a stalled renewal (a slow network, a busy server)
 /// is retried several times before the lease ends, short enough that a crashed holder
@@ -77,6 +80,76 @@ impl Replicas {
             )));
         }
         Ok(())
+    }
+}
+
+/// Every setting of a lock request, with its default: what the setters of
+/// [`LockRequest`](crate::LockRequest) set, what a primitive built on a lock (an
+/// [`Election`](crate::Election)) keeps between its requests, and, once
+/// [settled](Self::settled), what the acquisition, its attempts and a hand-off read.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) replicas: Option<Replicas>,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) fencing: bool,
+    /// A semaphore's number of permits (`None` for the other modes).
+    pub(crate) permits: Option<u32>,
+    pub(crate) label: Cow<'static, str>,
+    pub(crate) record_name: bool,
+    pub(crate) site: Option<&'static str>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ttl: DEFAULT_TTL,
+            wait: DEFAULT_WAIT,
+            watchdog: true,
+            renew_every: None,
+            max_hold: None,
+            replicas: None,
+            min_hold: None,
+            fencing: false,
+            permits: None,
+            label: Cow::Borrowed(NO_LABEL),
+            record_name: false,
+            site: None,
+        }
+    }
+}
+
+impl Settings {
+    /// The settings as an acquisition runs them, checked: the ttl rounded up to whole
+    /// milliseconds (the server's unit), the renewal period below it, the client's replica
+    /// acknowledgement (`client_replicas`) where the request set none.
+    pub(crate) fn settled(mut self, client_replicas: Option<Replicas>) -> Result<Settings, Error> {
+        self.ttl = Duration::from_millis(lease::ttl_ms(self.ttl)?);
+        if let Some(period) = self.renewal() {
+            if period.is_zero() || period >= self.ttl {
+                return Err(Error::config(format!(
+                    "watchdog period {period:?} must be above zero and below the ttl {:?}",
+                    self.ttl
+                )));
+            }
+        }
+        self.replicas = self.replicas.or(client_replicas);
+        Ok(self)
+    }
+
+    /// The ttl in milliseconds, as the scripts take it (whole once [settled](Self::settled)).
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How often the watchdog renews a hold; `None` with the watchdog off.
+    pub(crate) fn renewal(&self) -> Option<Duration> {
+        self.watchdog
+            .then(|| self.renew_every.unwrap_or(self.ttl / 3))
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::algorithm::Algorithm;
-use crate::config::HandOffLimits;
+use crate::config::{HandOffLimits, Settings};
 use crate::context::LockContext;
 use crate::lease::LeaseState;
 use crate::release::Hold;
@@ -48,21 +48,21 @@ pub(crate) fn slots_open() -> bool {
 #[derive(Clone)]
 pub(crate) struct Terms {
     pub(crate) algorithm: &'static Algorithm,
-    /// A semaphore's number of permits: a waiter asking for another is refused by the
-    /// server, never handed a permit.
-    pub(crate) permits: Option<u32>,
-    pub(crate) ttl_ms: u64,
-    pub(crate) period: Duration,
+    /// The request's settings, settled (see [`Settings::settled`]): the ones that must
+    /// match are its ttl, its renewal and a semaphore's number of permits (a waiter asking
+    /// for another is refused by the server, never handed a permit).
+    pub(crate) settings: Arc<Settings>,
     pub(crate) labels: Arc<Labels>,
     pub(crate) limits: HandOffLimits,
 }
 
 impl Terms {
     fn matches(&self, other: &Terms) -> bool {
+        let (mine, theirs) = (&*self.settings, &*other.settings);
         std::ptr::eq(self.algorithm, other.algorithm)
-            && self.permits == other.permits
-            && self.ttl_ms == other.ttl_ms
-            && self.period == other.period
+            && mine.permits == theirs.permits
+            && mine.ttl == theirs.ttl
+            && mine.renewal() == theirs.renewal()
             && *self.labels == *other.labels
     }
 }
@@ -84,7 +84,7 @@ impl Tenure {
     pub(crate) fn may_pass(&self, remaining: Duration) -> bool {
         self.passes < self.terms.limits.passes
             && self.since.elapsed() < self.terms.limits.window
-            && remaining >= Duration::from_millis(self.terms.ttl_ms) / 2
+            && remaining >= self.terms.settings.ttl / 2
             && slots_open()
     }
 }

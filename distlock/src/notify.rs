@@ -26,12 +26,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use redis::Value;
-
 use crate::channels::{Channel, Channels};
 use crate::handoff::{self, OpenSlot, Terms};
 use crate::key::LockKey;
-use crate::nodes::{until_answered, Nodes};
+use crate::nodes::Nodes;
 use crate::probe::Probing;
 use crate::sync::lock;
 
@@ -174,48 +172,20 @@ impl Notifier {
             // reached nobody.
             return Ok((subscription, first_waiter));
         }
-        let channel = key.channel();
-        let nodes = &self.nodes;
-        if !nodes.is_quorum() {
-            if self.refused_recently() {
-                return Err(refused());
-            }
-            if let Err(e) = nodes.nodes[0].conn.clone().subscribe(&channel).await {
-                if is_unknown_command(&e) {
+        // A quorum's releases publish on every node that held the lock: it listens on all
+        // that answer (see `Nodes::subscribe`).
+        let single = !self.nodes.is_quorum();
+        if single && self.refused_recently() {
+            return Err(refused());
+        }
+        match self.nodes.subscribe(&key.channel()).await {
+            Ok(nodes) => *subscribed = nodes,
+            Err(e) => {
+                if single && is_unknown_command(&e) {
                     *lock(&self.refused_at) = Some(Instant::now());
                 }
                 return Err(e);
             }
-            subscribed.push(0);
-            ch.wake_alls.fetch_add(1, Ordering::AcqRel);
-            return Ok((subscription, true));
-        }
-        // Releases publish on every node that held the lock, but any one node may be frozen
-        // or cut off: listen on all of them, each bounded like any quorum request.
-        let attempts = nodes.nodes.iter().map(|node| {
-            let channel = &channel;
-            async move {
-                let mut conn = node.conn.clone();
-                match tokio::time::timeout(nodes.node_timeout, conn.subscribe(channel)).await {
-                    Ok(result) => result,
-                    Err(_) => Err((redis::ErrorKind::Io, "no answer to SUBSCRIBE").into()),
-                }
-            }
-        });
-        let mut last_error = None;
-        for (i, result) in futures_util::future::join_all(attempts)
-            .await
-            .into_iter()
-            .enumerate()
-        {
-            match result {
-                Ok(()) => subscribed.push(i),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        if subscribed.is_empty() {
-            return Err(last_error
-                .unwrap_or_else(|| (redis::ErrorKind::Io, "no node to subscribe on").into()));
         }
         ch.wake_alls.fetch_add(1, Ordering::AcqRel);
         Ok((subscription, true))
@@ -236,10 +206,13 @@ impl Notifier {
         if subscribed.is_empty() || !sub.ch.dropped.swap(false, Ordering::AcqRel) {
             return false;
         }
-        let mut conn = self.nodes.nodes[subscribed[0]].conn.clone();
-        match tokio::time::timeout(RESPONSE_BOUND, conn.subscribe(&sub.key.channel())).await {
-            Ok(Ok(())) => true,
-            _ => {
+        let channel = sub.key.channel();
+        match (self.nodes)
+            .resubscribe(subscribed[0], &channel, RESPONSE_BOUND)
+            .await
+        {
+            Ok(()) => true,
+            Err(_) => {
                 sub.ch.dropped.store(true, Ordering::Release);
                 false
             }
@@ -384,11 +357,8 @@ impl Drop for Subscription {
             // Whether an UNSUBSCRIBE whose answer was lost took effect is unknown: count the
             // channel as not subscribed either way, so the next waiter subscribes afresh
             // (SUBSCRIBE is idempotent) rather than trust a subscription that may be gone.
-            let channel = key.channel();
-            for i in std::mem::take(&mut *subscribed) {
-                let mut conn = nodes.nodes[i].conn.clone();
-                let _ = tokio::time::timeout(RESPONSE_BOUND, conn.unsubscribe(&channel)).await;
-            }
+            let on = std::mem::take(&mut *subscribed);
+            nodes.unsubscribe(&on, &key.channel(), RESPONSE_BOUND).await;
             drop(subscribed);
             if let Some(channels) = channels.upgrade() {
                 channels.forget_if_idle(key.lock(), &ch);
@@ -403,19 +373,7 @@ impl Drop for Subscription {
 async fn rejoin(channels: Arc<Channels>, nodes: Arc<Nodes>) {
     loop {
         channels.down.notified().await;
-        let (ping, node_timeout) = (&redis::cmd("PING"), nodes.node_timeout);
-        until_answered(REJOIN_PAUSE, || {
-            let mut conn = nodes.nodes[0].conn.clone();
-            async move {
-                let answer = ping.query_async::<Value>(&mut conn);
-                tokio::time::timeout(node_timeout, answer)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())
-                    })
-            }
-        })
-        .await;
+        nodes.subscriptions_answer(REJOIN_PAUSE).await;
         channels.rejoins.fetch_add(1, Ordering::AcqRel);
         channels.wake_all();
     }

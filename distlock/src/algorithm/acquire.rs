@@ -11,7 +11,7 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use super::{
     evalsha, invoke, is_noscript, is_wrong_type, script_error, with_body, Algorithm, HoldId,
 };
-use crate::config::Replicas;
+use crate::config::{Replicas, Settings};
 use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 use crate::key::{Kind, LockKey};
@@ -114,6 +114,20 @@ pub(crate) struct Ask {
     /// The number of permits a semaphore is asked to have (`None` for the other modes): the
     /// script refuses a number other than the one its holders recorded.
     pub(crate) permits: Option<u32>,
+}
+
+impl Ask {
+    /// What every attempt of a request with `settings` asks (`waits`: the caller waits for a
+    /// busy lock); an attempt sets what it learnt on top (`unsure`, `want_holder_ttl`).
+    pub(crate) fn new(settings: &Settings, waits: bool) -> Ask {
+        Ask {
+            unsure: false,
+            want_holder_ttl: true,
+            waits,
+            fencing: settings.fencing,
+            permits: settings.permits,
+        }
+    }
 }
 
 /// One acquire attempt as built for the wire: a script call, or (setnx without fencing) the

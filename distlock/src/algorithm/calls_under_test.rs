@@ -69,3 +69,19 @@ pub(crate) fn assert_declares(mode: &Algorithm, own: &[Kind], extend: &[Kind]) {
     let extended = mode.extend_cmd(&key, &id("n"), 1000);
     assert_eq!(declared(&extended), keys(extend), "{}", mode.mode);
 }
+
+/// A mode refused on a Redlock quorum says so in its own name (`one_node_only!` takes the name
+/// as text, so a typo would only show here), and nothing else of the default settings.
+pub(crate) fn assert_refused_on_a_quorum_by_name(algorithm: &Algorithm) {
+    let reason = algorithm.not_on_quorum.expect("refused on a quorum");
+    let named = format!("the {} lock runs on one Redis node", algorithm.mode);
+    assert!(reason.starts_with(&named), "{reason}");
+    let settings = crate::config::Settings::default();
+    match algorithm.admit(&settings, true) {
+        Err(crate::error::Error::InvalidConfig { reason: said }) => assert_eq!(said, reason),
+        other => panic!("expected the quorum refused, got {:?}", other.err()),
+    }
+    algorithm
+        .admit(&settings, false)
+        .expect("admitted elsewhere");
+}

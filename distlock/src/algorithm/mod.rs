@@ -38,6 +38,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Cmd;
 
+use crate::config::Settings;
 use crate::conn::{Args, Command, Conn};
 use crate::error::{Error, Op};
 
@@ -77,9 +78,13 @@ pub(crate) struct Algorithm {
     /// queue behind the tasks of its process that wait, since it may get in beside the
     /// current holders.
     pub(crate) shared: bool,
-    /// The mode may run on a Redlock quorum. Only the `setnx` lock is specified and tested
-    /// as Redlock; the others are refused there rather than run unproven.
-    pub(crate) quorum: bool,
+    /// Why the mode is refused on a Redlock quorum (`None`: it runs there). Only the `setnx`
+    /// lock is specified and tested as Redlock; the others are refused there rather than run
+    /// unproven (see [`one_node_only`]).
+    pub(crate) not_on_quorum: Option<&'static str>,
+    /// Refuses the settings of a request this mode cannot serve (a semaphore without
+    /// permits), before any attempt; [`any_settings`] for a mode that takes them all.
+    pub(crate) check: fn(&Settings) -> Result<(), Error>,
     /// Without fencing, the acquire is the plain `SET key value NX PX ttl [GET]` rather than
     /// the script (setnx: the value alone is the lock).
     pub(crate) plain_acquire: bool,
@@ -112,7 +117,35 @@ pub(crate) enum OwnerKind {
     Context,
 }
 
+/// Why a mode that has no reason of its own is refused on a Redlock quorum: `$mode`, as
+/// [`LockMode`] names it.
+macro_rules! one_node_only {
+    ($mode:literal) => {
+        concat!(
+            "the ",
+            $mode,
+            " lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock (several names: Client::lock_many) on this client"
+        )
+    };
+}
+pub(crate) use one_node_only;
+
+/// The [`Algorithm::check`] of a mode that serves every request's settings.
+pub(crate) fn any_settings(_: &Settings) -> Result<(), Error> {
+    Ok(())
+}
+
 impl Algorithm {
+    /// Refuses, before any attempt, a request this mode cannot serve: on a Redlock quorum
+    /// (`quorum`) where it does not run, or with settings it refuses (see
+    /// [`check`](Self::check)).
+    pub(crate) fn admit(&self, settings: &Settings, quorum: bool) -> Result<(), Error> {
+        match self.not_on_quorum {
+            Some(reason) if quorum => Err(Error::config(reason)),
+            _ => (self.check)(settings),
+        }
+    }
+
     /// The release as a command: gives the acquisition back if it is still held. `wake` is
     /// what a setnx release publishes: empty, or on a quorum an id unique to this release
     /// call, which waiters hearing it from several nodes count once (one acquisition may be

@@ -41,6 +41,20 @@ impl Client {
 
     /// The names of the locks held now under this client's key prefix (a `SCAN`: fine for an
     /// operator, not for a hot path), sorted.
+    ///
+    /// On a quorum client every node is scanned at once, each request within the
+    /// [node timeout](crate::ClientBuilder::node_timeout), and a name is listed when a majority
+    /// of the nodes holds it, as [`inspect`](Self::inspect) reports a lock (a hold a minority
+    /// keeps holds nothing); a lock held on just a majority that includes a silent node is
+    /// then not listed. Fewer than a majority answering is [`Error::QuorumNotReached`].
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: distlock::Client) -> Result<(), distlock::Error> {
+    /// for name in locks.list().await? {
+    ///     println!("{name}: {:?}", locks.inspect(&name).await?.holder);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn list(&self) -> Result<Vec<String>, Error> {
         inspect::list(self.inner()).await
     }

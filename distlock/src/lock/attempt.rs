@@ -3,61 +3,39 @@
 //! error that will not pass.
 
 use std::future::Future;
-use std::panic::Location;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::algorithm::{Algorithm, Ask, Attempt, HoldId, OwnerKind};
-use crate::config::Replicas;
+use crate::config::Settings;
 use crate::context::LockContext;
 use crate::error::Error;
 use crate::guard::{Guard, GuardParts, Registration};
 use crate::handoff::{Tenure, Terms, Transfer};
 use crate::identity::{self, Site};
 use crate::key::LockKey;
-use crate::lease::{self, LeaseState, Stamp};
-use crate::mode::LockMode;
+use crate::lease::{LeaseState, Stamp};
 use crate::nodes::AcquireAttempt;
 use crate::release::Hold;
 use crate::runtime::Shared;
-use crate::telemetry::{Labels, Outcome};
+use crate::telemetry::Labels;
 use crate::wait::Waiter;
 
 use super::pending::Pending;
+use super::LockRequest;
 use crate::watchdog::Watch;
-
-/// What a [`LockRequest`](crate::LockRequest) asks for, as the acquire loop takes it.
-pub(super) struct Asked<'c> {
-    pub(super) shared: &'c Arc<Shared>,
-    pub(super) algorithm: &'static Algorithm,
-    pub(super) key: Result<LockKey, Error>,
-    pub(super) ttl: Duration,
-    pub(super) watchdog: bool,
-    pub(super) renew_every: Option<Duration>,
-    pub(super) max_hold: Option<Duration>,
-    pub(super) replicas: Option<Replicas>,
-    pub(super) min_hold: Option<Duration>,
-    pub(super) fencing: bool,
-    pub(super) permits: Option<u32>,
-    pub(super) site: Option<&'static str>,
-    pub(super) caller: &'static Location<'static>,
-}
 
 /// Everything an acquisition settles before its first attempt.
 struct Plan<'c> {
     shared: &'c Arc<Shared>,
     algorithm: &'static Algorithm,
     key: LockKey,
-    ttl: Duration,
-    ttl_ms: u64,
-    /// How often the watchdog renews; `None` with the watchdog off.
-    period: Option<Duration>,
-    replicas: Option<Replicas>,
-    fencing: bool,
-    /// A semaphore's number of permits.
-    permits: Option<u32>,
-    max_hold: Option<Duration>,
-    min_hold: Option<Duration>,
+    /// The request's settings, [settled](Settings::settled); shared with the hand-off's
+    /// terms.
+    settings: Arc<Settings>,
+    /// What every attempt asks of the script besides the hold; each attempt adds what it
+    /// learnt.
+    ask: Ask,
     /// Zero for a single attempt.
     wait: Duration,
     /// The task context that will own the hold.
@@ -81,37 +59,23 @@ struct Plan<'c> {
 
 impl Plan<'_> {
     /// Checks the request and settles who takes the lock on what terms.
-    fn new(asked: Asked<'_>, wait: Duration, labels: Arc<Labels>) -> Result<Plan<'_>, Error> {
-        let Asked {
+    fn new(
+        request: LockRequest<'_>,
+        wait: Duration,
+        labels: Arc<Labels>,
+    ) -> Result<Plan<'_>, Error> {
+        let LockRequest {
             shared,
             algorithm,
             key,
-            ttl,
-            watchdog,
-            renew_every,
-            max_hold,
-            replicas,
-            min_hold,
-            fencing,
-            permits,
-            site,
+            settings,
             caller,
-        } = asked;
+        } = request;
         let key = key?;
-        let ttl_ms = lease::ttl_ms(ttl)?;
-        let ttl = Duration::from_millis(ttl_ms);
-        let period = renew_period(watchdog, renew_every, ttl)?;
+        let settings = settings.settled(shared.replicas)?;
         let quorum = shared.nodes.is_quorum();
-        if quorum && !algorithm.quorum {
-            return Err(Error::config(not_on_quorum(algorithm.mode)));
-        }
-        if permits == Some(0) {
-            return Err(Error::config(
-                "a semaphore needs at least 1 permit: it is how many holders it admits at once",
-            ));
-        }
-        let replicas = replicas.or(shared.replicas);
-        if let Some(replicas) = &replicas {
+        algorithm.admit(&settings, quorum)?;
+        if let Some(replicas) = &settings.replicas {
             if quorum {
                 return Err(Error::config(
                     "replica acknowledgement is for a deployment with replicas (one node, Sentinel, Cluster), not for the independent masters of a quorum",
@@ -130,7 +94,7 @@ impl Plan<'_> {
             });
         }
         let context = holder.unwrap_or_else(LockContext::current);
-        let site = match site {
+        let site = match settings.site {
             Some(site) => Site::Fn(site),
             None => Site::Caller(caller),
         };
@@ -141,43 +105,32 @@ impl Plan<'_> {
                 Arc::from(identity::describe(site)),
             ),
         };
+        let ask = Ask::new(&settings, !wait.is_zero());
+        let settings = Arc::new(settings);
         // Holds that may pass from task to task in this process without a round trip: the
         // interchangeable ones (see `handoff`).
-        let terms = match period {
-            Some(period)
-                if shared.handoff.passes > 0
-                    && algorithm.owner == OwnerKind::Token
-                    && !key.is_set()
-                    && !quorum
-                    && !fencing
-                    && max_hold.is_none()
-                    && min_hold.is_none()
-                    && replicas.is_none() =>
-            {
-                Some(Terms {
-                    algorithm,
-                    permits,
-                    ttl_ms,
-                    period,
-                    labels: labels.clone(),
-                    limits: shared.handoff,
-                })
-            }
-            _ => None,
-        };
+        let passes = shared.handoff.passes > 0
+            && settings.watchdog
+            && algorithm.owner == OwnerKind::Token
+            && !key.is_set()
+            && !quorum
+            && !settings.fencing
+            && settings.max_hold.is_none()
+            && settings.min_hold.is_none()
+            && settings.replicas.is_none();
+        let terms = passes.then(|| Terms {
+            algorithm,
+            settings: settings.clone(),
+            labels: labels.clone(),
+            limits: shared.handoff,
+        });
         let redescribed = !quorum && !key.is_set();
         Ok(Plan {
             shared,
             algorithm,
             key,
-            ttl,
-            ttl_ms,
-            period,
-            replicas,
-            fencing,
-            permits,
-            max_hold,
-            min_hold,
+            settings,
+            ask,
             wait,
             context,
             reentry: holder.is_some(),
@@ -250,15 +203,16 @@ impl Plan<'_> {
         sent: Instant,
         lease: Arc<LeaseState>,
     ) -> Guard {
-        let watch = self.period.map(|period| {
+        let settings = &self.settings;
+        let watch = settings.renewal().map(|period| {
             let watch = Watch {
                 algorithm: self.algorithm,
                 key: self.key.clone(),
                 id: id.clone(),
-                ttl_ms: self.ttl_ms,
+                ttl_ms: settings.ttl_ms(),
                 period,
                 // A cap too large to add is no cap.
-                stop_at: self.max_hold.and_then(|cap| sent.checked_add(cap)),
+                stop_at: settings.max_hold.and_then(|cap| sent.checked_add(cap)),
                 lease: lease.clone(),
             };
             self.shared.watchdog.watch(watch, sent)
@@ -275,7 +229,7 @@ impl Plan<'_> {
             fence,
             acquired_at: sent,
             lease,
-            min_hold: self.min_hold,
+            min_hold: self.settings.min_hold,
             registration: Registration { watch, held: true },
             tenure,
         };
@@ -299,7 +253,7 @@ impl Plan<'_> {
             fence: None,
             acquired_at: Instant::now(),
             lease: transfer.lease.clone(),
-            min_hold: self.min_hold,
+            min_hold: self.settings.min_hold,
             registration: Registration {
                 watch: transfer.watch.take(),
                 held: true,
@@ -310,15 +264,15 @@ impl Plan<'_> {
     }
 }
 
-/// Takes the lock `asked` for, waiting up to `wait`; the guard and the attempts it took.
+/// Takes the lock `request` asks for, waiting up to `wait`; the guard and the attempts it took.
 /// The plan is made at the first poll: it reads the task's context, and the future may be made
 /// in one task and awaited in another (`LockContext::scope` wraps a future already made).
 pub(super) async fn acquire(
-    asked: Asked<'_>,
+    request: LockRequest<'_>,
     wait: Duration,
     labels: Arc<Labels>,
 ) -> Result<(Guard, u32), Error> {
-    let plan = Plan::new(asked, wait, labels)?;
+    let plan = Plan::new(request, wait, labels)?;
     let tasks = &plan.shared.nodes.tasks;
     if tasks.is_closed() {
         return Err(shut_down(&plan.key));
@@ -397,7 +351,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
     // in the background instead of blocking the lock for its whole ttl.
     let mut pending = Pending {
         hold: plan.hold(plan.fresh_id(started)),
-        ttl: plan.ttl,
+        ttl: plan.settings.ttl,
         armed: false,
         intent: false,
     };
@@ -428,9 +382,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
         let ask = Ask {
             unsure,
             want_holder_ttl: !waiter.knows_holder(),
-            waits,
-            fencing: plan.fencing,
-            permits: plan.permits,
+            ..plan.ask
         };
         pending.armed = true;
         let answer = shared
@@ -439,16 +391,20 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
                 algorithm: plan.algorithm,
                 key: &plan.key,
                 id: &pending.hold.id,
-                ttl_ms: plan.ttl_ms,
+                ttl_ms: plan.settings.ttl_ms(),
                 ask,
-                replicas: plan.replicas,
+                replicas: plan.settings.replicas,
                 site: plan.site_number,
                 sent: sent.at,
             })
             .await;
         let (error, holder_ttl) = match answer {
             Ok(Attempt::Acquired { fence }) => {
-                let lease = Arc::new(LeaseState::new(sent, plan.ttl, plan.labels.clone()));
+                let lease = Arc::new(LeaseState::new(
+                    sent,
+                    plan.settings.ttl,
+                    plan.labels.clone(),
+                ));
                 if lease.is_valid() {
                     // Taking the lock withdrew the intent.
                     (pending.armed, pending.intent) = (false, false);
@@ -485,7 +441,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             // Taken, but too few replicas confirmed it: a failover could lose it. Give it back
             // before saying so, so no lock is left behind by a failed call.
             Err(e @ Error::ReplicasNotConfirmed { .. }) => {
-                if Box::pin(pending.hold.give_back_now(plan.ttl)).await {
+                if Box::pin(pending.hold.give_back_now(plan.settings.ttl)).await {
                     pending.armed = false;
                 }
                 return Err(e);
@@ -522,79 +478,4 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
 /// attempt (see [`Waiter::worth_a_last_try`]).
 fn gave_up(deadline: Option<Instant>, waiter: &Waiter<'_>) -> bool {
     !waiter.worth_a_last_try() && deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-pin_project_lite::pin_project! {
-    /// An acquisition: its attempts inside its span, then the outcome reported to traces
-    /// and metrics. Written by hand: an `async` block around the attempts would keep them
-    /// twice in its future (once captured, once awaited).
-    pub(super) struct Acquiring<F> {
-        #[pin]
-        pub(super) attempt: tracing::instrument::Instrumented<F>,
-        pub(super) labels: Arc<Labels>,
-        pub(super) started: Option<Instant>,
-    }
-}
-
-impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
-    type Output = Result<Guard, Error>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let mut this = self.project();
-        // The wait is measured only where something records it (a span a subscriber keeps,
-        // or the metrics): two clock reads on every acquisition otherwise.
-        let timed = cfg!(feature = "metrics") || !this.attempt.span().is_disabled();
-        let started = timed.then(|| *this.started.get_or_insert_with(Instant::now));
-        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
-            return std::task::Poll::Pending;
-        };
-        let (outcome, attempts, fence, error) = match &result {
-            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
-            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
-            Err(e @ Error::Timeout { attempts, .. }) => {
-                (Outcome::Timeout, *attempts, None, Some(e))
-            }
-            Err(e) => (Outcome::Error, 0, None, Some(e)),
-        };
-        let waited = match (started, &result) {
-            (Some(started), _) => started.elapsed(),
-            // An event may be kept where the span is not: a timeout says how long it waited.
-            (None, Err(Error::Timeout { waited, .. })) => *waited,
-            (None, _) => Duration::ZERO,
-        };
-        let span = this.attempt.span();
-        this.labels
-            .acquired(span, outcome, waited, attempts, fence, error);
-        std::task::Poll::Ready(result.map(|(guard, _)| guard))
-    }
-}
-
-/// Why a mode other than setnx is refused on a Redlock quorum.
-fn not_on_quorum(mode: LockMode) -> String {
-    match mode {
-        LockMode::Semaphore => crate::semaphore::NOT_ON_QUORUM.to_owned(),
-        _ => format!(
-            "the {mode} lock runs on one Redis node (or a Cluster), not on a Redlock quorum: use Client::lock (several names: Client::lock_many) on this client"
-        ),
-    }
-}
-
-fn renew_period(
-    on: bool,
-    every: Option<Duration>,
-    ttl: Duration,
-) -> Result<Option<Duration>, Error> {
-    if !on {
-        return Ok(None);
-    }
-    let period = every.unwrap_or(ttl / 3);
-    if period.is_zero() || period >= ttl {
-        return Err(Error::config(format!(
-            "watchdog period {period:?} must be above zero and below the ttl {ttl:?}"
-        )));
-    }
-    Ok(Some(period))
 }

@@ -4,69 +4,20 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::panic::Location;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
 use crate::algorithm::Algorithm;
-use crate::config::{Replicas, DEFAULT_TTL, DEFAULT_WAIT};
+use crate::config::{Replicas, Settings};
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::key::LockKey;
 use crate::runtime::Shared;
-use crate::telemetry::{Labels, NO_LABEL};
+use crate::telemetry::{Labels, Outcome, NO_LABEL};
 
-use super::attempt::{acquire, Acquiring, Asked};
-
-/// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
-/// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
-#[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
-pub struct LockRequest<'c> {
-    shared: &'c Arc<Shared>,
-    algorithm: &'static Algorithm,
-    key: Result<LockKey, Error>,
-    settings: Settings,
-    caller: &'static Location<'static>,
-}
-
-/// Every setting of a request, with its default: what the setters of [`LockRequest`] set,
-/// and what a primitive built on a lock (an [`Election`](crate::Election)) keeps between
-/// its requests.
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) watchdog: bool,
-    pub(crate) renew_every: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) replicas: Option<Replicas>,
-    pub(crate) min_hold: Option<Duration>,
-    pub(crate) fencing: bool,
-    /// A semaphore's number of permits (`None` for the other modes).
-    pub(crate) permits: Option<u32>,
-    pub(crate) label: Cow<'static, str>,
-    pub(crate) record_name: bool,
-    pub(crate) site: Option<&'static str>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            ttl: DEFAULT_TTL,
-            wait: DEFAULT_WAIT,
-            watchdog: true,
-            renew_every: None,
-            max_hold: None,
-            replicas: None,
-            min_hold: None,
-            fencing: false,
-            permits: None,
-            label: Cow::Borrowed(NO_LABEL),
-            record_name: false,
-            site: None,
-        }
-    }
-}
+use super::attempt::acquire;
+use super::LockRequest;
 
 impl<'c> LockRequest<'c> {
     pub(crate) fn new(
@@ -271,40 +222,57 @@ impl<'c> LockRequest<'c> {
         };
         let span = labels.acquire_span();
         Acquiring {
-            attempt: acquire(self.asked(), wait, labels.clone()).instrument(span),
+            attempt: acquire(self, wait, labels.clone()).instrument(span),
             labels,
             started: None,
         }
     }
+}
 
-    /// What the acquire loop takes from the request.
-    fn asked(self) -> Asked<'c> {
-        let Settings {
-            ttl,
-            watchdog,
-            renew_every,
-            max_hold,
-            replicas,
-            min_hold,
-            fencing,
-            permits,
-            site,
-            ..
-        } = self.settings;
-        Asked {
-            shared: self.shared,
-            algorithm: self.algorithm,
-            key: self.key,
-            ttl,
-            watchdog,
-            renew_every,
-            max_hold,
-            replicas,
-            min_hold,
-            fencing,
-            permits,
-            site,
-            caller: self.caller,
-        }
+pin_project_lite::pin_project! {
+    /// An acquisition: its attempts inside its span, then the outcome reported to traces
+    /// and metrics. Written by hand: an `async` block around the attempts would keep them
+    /// twice in its future (once captured, once awaited).
+    struct Acquiring<F> {
+        #[pin]
+        attempt: tracing::instrument::Instrumented<F>,
+        labels: Arc<Labels>,
+        started: Option<Instant>,
+    }
+}
+
+impl<F: Future<Output = Result<(Guard, u32), Error>>> Future for Acquiring<F> {
+    type Output = Result<Guard, Error>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut this = self.project();
+        // The wait is measured only where something records it (a span a subscriber keeps,
+        // or the metrics): two clock reads on every acquisition otherwise.
+        let timed = cfg!(feature = "metrics") || !this.attempt.span().is_disabled();
+        let started = timed.then(|| *this.started.get_or_insert_with(Instant::now));
+        let std::task::Poll::Ready(result) = this.attempt.as_mut().poll(cx) else {
+            return std::task::Poll::Pending;
+        };
+        let (outcome, attempts, fence, error) = match &result {
+            Ok((guard, attempts)) => (Outcome::Acquired, *attempts, guard.fencing_token(), None),
+            Err(e @ Error::Busy { .. }) => (Outcome::Busy, 1, None, Some(e)),
+            Err(e @ Error::Timeout { attempts, .. }) => {
+                (Outcome::Timeout, *attempts, None, Some(e))
+            }
+            Err(e) => (Outcome::Error, 0, None, Some(e)),
+        };
+        let waited = match (started, &result) {
+            (Some(started), _) => started.elapsed(),
+            // An event may be kept where the span is not: a timeout says how long it waited.
+            (None, Err(Error::Timeout { waited, .. })) => *waited,
+            (None, _) => Duration::ZERO,
+        };
+        let span = this.attempt.span();
+        this.labels
+            .acquired(span, outcome, waited, attempts, fence, error);
+        std::task::Poll::Ready(result.map(|(guard, _)| guard))
     }
 }

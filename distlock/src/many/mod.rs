@@ -38,7 +38,8 @@ pub(crate) static MANY: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     waited_mark: true,
     helpers: &[],
     intents: false,
-    quorum: true,
+    not_on_quorum: None,
+    check: crate::algorithm::any_settings,
     acquire: Lua::new(concat!(
         include_str!("../fence.lua"),
         include_str!("../held_as.lua"),
@@ -78,7 +79,8 @@ pub(crate) static WRITE_MANY: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     helpers: &[Kind::Readers, Kind::Intents],
     intents: true,
     // As the read/write lock: specified and tested on one server only.
-    quorum: false,
+    not_on_quorum: Some(crate::algorithm::one_node_only!("write")),
+    check: crate::algorithm::any_settings,
     acquire: write_set_script!("write_acquire.lua"),
     release: write_set_script!("write_release.lua"),
     extend: write_set_script!("write_extend.lua"),

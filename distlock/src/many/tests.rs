@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
+use crate::algorithm::calls_under_test::assert_refused_on_a_quorum_by_name;
 use crate::algorithm::{parse_acquire, Ask, Attempt, HoldId};
 use crate::error::Error;
 use crate::key::{Kind, LockKey};
@@ -174,4 +175,13 @@ fn a_write_set_declares_each_names_hash_readers_intents_and_counter() {
         Err(Error::Upgrade { name }) => assert_eq!(name, key.members()[2].name()),
         other => panic!("{other:?}"),
     }
+}
+
+/// A write set runs where the read/write lock runs, and says so as a write lock.
+#[test]
+fn a_write_set_is_refused_on_a_quorum_as_a_write_lock() {
+    assert_refused_on_a_quorum_by_name(&super::WRITE_MANY);
+    super::MANY
+        .admit(&crate::config::Settings::default(), true)
+        .expect("a set of setnx locks runs on a quorum");
 }

@@ -1,9 +1,10 @@
 //! What the facade asks of every node beside the lock cycle: reading a lock on all of them and
 //! what a majority reads alike (inspection, an election's observers), a script sent to all of
-//! them (a forced unlock), the holders' records, the lock names under a prefix, and a message
-//! on a lock's wake-up channel (a new leader's announcement). The facade names the script and
-//! reads the answers; which connection carries each request, at once on every node and within
-//! the quorum's node timeout, is decided here, as for an acquisition.
+//! them (a forced unlock), the holders' records, the lock names under a prefix (those a
+//! majority holds), and a message on a lock's wake-up channel (a new leader's announcement).
+//! The facade names the script and reads the answers; which connection carries each request,
+//! at once on every node and within the quorum's node timeout, is decided here, as for an
+//! acquisition.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -192,65 +193,109 @@ impl Nodes {
         self.bounded(look_up).await.unwrap_or_default()
     }
 
-    /// The names of the locks held now under `prefix` on every node (a `SCAN` of each, one
-    /// node after another, each request within the quorum's node timeout: an operator's
-    /// listing, not a hot path), sorted.
+    /// The names of the locks held now under `prefix` (a `SCAN` of every node at once, each
+    /// request within the quorum's node timeout: an operator's listing, not a hot path),
+    /// sorted. On a quorum, the names a majority of the nodes holds, as the quorum sees a
+    /// lock (a hold a minority keeps, an attempt that lost or a leftover, holds nothing), once
+    /// a majority answered; fewer is [`Error::QuorumNotReached`]. A single node's failure is
+    /// the error itself.
     pub(crate) async fn lock_names(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        let pattern = if prefix.is_empty() {
+            "*".to_owned()
+        } else {
+            format!("{}:*", glob_escape(prefix))
+        };
+        let scans = (0..self.nodes.len()).map(|i| self.names_on(i, prefix, &pattern));
+        let scanned = futures_util::future::join_all(scans).await;
+        let (mut held, mut answered, mut errors) = (Vec::new(), 0, Vec::new());
+        for (i, names) in scanned.into_iter().enumerate() {
+            match names {
+                Ok(names) => {
+                    answered += 1;
+                    held.extend(names);
+                }
+                Err(e) if !self.is_quorum() => return Err(e),
+                Err(e) => errors.push(NodeError {
+                    node: self.nodes[i].addr.clone(),
+                    reason: e.to_string(),
+                    retryable: e.is_retryable(),
+                }),
+            }
+        }
+        if !self.majority.reached(answered) {
+            return Err(Error::QuorumNotReached {
+                name: pattern,
+                acked: answered,
+                needed: self.majority.needed(),
+                nodes: self.majority.nodes(),
+                errors,
+            });
+        }
+        // Each node's names once, so a name's count is how many nodes hold it.
+        held.sort_unstable();
+        let mut names: Vec<String> = Vec::new();
+        for run in held.chunk_by(|a, b| a == b) {
+            if self.majority.reached(run.len()) {
+                names.push(run[0].clone());
+            }
+        }
+        Ok(names)
+    }
+
+    /// The names of the locks `node` holds under `prefix` (keys matching `pattern`).
+    async fn names_on(
+        &self,
+        node: usize,
+        prefix: &str,
+        pattern: &str,
+    ) -> Result<BTreeSet<String>, Error> {
         let failed = |source| Error::Redis {
             op: Op::Inspect,
             name: None,
             server: None,
             source,
         };
-        let pattern = if prefix.is_empty() {
-            "*".to_owned()
-        } else {
-            format!("{}:*", glob_escape(prefix))
-        };
+        let mut conn = self.conn_for(node);
         let mut names = BTreeSet::new();
-        for i in 0..self.nodes.len() {
-            let mut conn = self.conn_for(i);
-            let mut cursor = 0u64;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000);
-                let (next, keys): (u64, Vec<Vec<u8>>) = self
-                    .bounded(scan.query_async(&mut conn))
-                    .await
-                    .map_err(failed)?;
-                // Lock keys only: helper keys and records have shapes of their own.
-                let candidates: Vec<(Vec<u8>, String)> = keys
-                    .into_iter()
-                    .filter_map(|k| name_of(prefix, &k).map(|name| (k, name)))
-                    .collect();
-                let ttls: Vec<i64> = if candidates.is_empty() {
-                    Vec::new()
-                } else {
-                    let mut pipe = redis::pipe();
-                    for (k, _) in &candidates {
-                        pipe.cmd("PTTL").arg(k);
-                    }
-                    self.bounded(pipe.query_async(&mut conn))
-                        .await
-                        .map_err(failed)?
-                };
-                // Locks always expire: a key without expiry is the application's.
-                for ((_, name), ttl) in candidates.into_iter().zip(ttls) {
-                    if ttl > 0 {
-                        names.insert(name);
-                    }
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
+                .bounded(scan.query_async(&mut conn))
+                .await
+                .map_err(failed)?;
+            // Lock keys only: helper keys and records have shapes of their own.
+            let candidates: Vec<(Vec<u8>, String)> = keys
+                .into_iter()
+                .filter_map(|k| name_of(prefix, &k).map(|name| (k, name)))
+                .collect();
+            let ttls: Vec<i64> = if candidates.is_empty() {
+                Vec::new()
+            } else {
+                let mut pipe = redis::pipe();
+                for (k, _) in &candidates {
+                    pipe.cmd("PTTL").arg(k);
                 }
-                cursor = next;
-                if cursor == 0 {
-                    break;
+                self.bounded(pipe.query_async(&mut conn))
+                    .await
+                    .map_err(failed)?
+            };
+            // Locks always expire: a key without expiry is the application's.
+            for ((_, name), ttl) in candidates.into_iter().zip(ttls) {
+                if ttl > 0 {
+                    names.insert(name);
                 }
             }
+            cursor = next;
+            if cursor == 0 {
+                return Ok(names);
+            }
         }
-        Ok(names.into_iter().collect())
     }
 
     /// True where the lock scripts publish with `SPUBLISH` (their `s` argument): a Cluster's

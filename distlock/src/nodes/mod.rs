@@ -30,6 +30,7 @@ mod every;
 mod eviction;
 mod groups;
 mod health;
+mod listen;
 pub(crate) mod node;
 pub(crate) mod records;
 
@@ -50,7 +51,7 @@ use crate::majority::Majority;
 use crate::tasks::Tasks;
 use crate::token::FencingToken;
 pub(crate) use groups::extend_groups;
-pub(crate) use health::until_answered;
+use health::until_answered;
 pub(crate) use node::{Node, NodeSettings};
 pub(crate) use records::Records;
 

@@ -23,7 +23,8 @@ pub(crate) static REENTRANT: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     waited_mark: false,
     helpers: &[],
     intents: false,
-    quorum: false,
+    not_on_quorum: Some(crate::algorithm::one_node_only!("reentrant")),
+    check: crate::algorithm::any_settings,
     acquire: crate::algorithm::Lua::new(concat!(
         include_str!("../fence.lua"),
         include_str!("acquire.lua")

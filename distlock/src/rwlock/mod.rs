@@ -127,7 +127,8 @@ pub(crate) static READ: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     mode: LockMode::Read,
     owner: OwnerKind::Context,
     shared: true,
-    quorum: false,
+    not_on_quorum: Some(crate::algorithm::one_node_only!("read")),
+    check: crate::algorithm::any_settings,
     plain_acquire: false,
     waited_mark: false,
     helpers: &[Kind::Readers, Kind::Intents],
@@ -142,7 +143,8 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     mode: LockMode::Write,
     owner: OwnerKind::Context,
     shared: false,
-    quorum: false,
+    not_on_quorum: Some(crate::algorithm::one_node_only!("write")),
+    check: crate::algorithm::any_settings,
     plain_acquire: false,
     waited_mark: false,
     helpers: &[Kind::Readers, Kind::Intents],
@@ -154,8 +156,14 @@ pub(crate) static WRITE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 
 #[cfg(test)]
 mod tests {
-    use crate::algorithm::calls_under_test::assert_declares;
+    use crate::algorithm::calls_under_test::{assert_declares, assert_refused_on_a_quorum_by_name};
     use crate::key::Kind;
+
+    #[test]
+    fn a_quorum_is_refused_in_each_sides_name() {
+        assert_refused_on_a_quorum_by_name(&super::READ);
+        assert_refused_on_a_quorum_by_name(&super::WRITE);
+    }
 
     /// Every call of either side declares the readers and intents after the lock.
     #[test]

@@ -58,6 +58,8 @@
 use std::sync::LazyLock;
 
 use crate::algorithm::{Algorithm, OwnerKind};
+use crate::config::Settings;
+use crate::error::Error;
 use crate::key::Kind;
 use crate::mode::LockMode;
 
@@ -82,7 +84,8 @@ pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     mode: LockMode::Semaphore,
     owner: OwnerKind::Token,
     shared: true,
-    quorum: false,
+    not_on_quorum: Some(NOT_ON_QUORUM),
+    check: at_least_one_permit,
     plain_acquire: false,
     waited_mark: false,
     helpers: &[Kind::Slots],
@@ -93,4 +96,14 @@ pub(crate) static SEMAPHORE: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
 });
 
 /// Why a semaphore is refused on a Redlock quorum (see the module doc).
-pub(crate) const NOT_ON_QUORUM: &str = "a semaphore runs on one Redis node, Sentinel or a Cluster, not on a Redlock quorum: each node would keep its own permits, and a majority of nodes granting a permit does not bound the holders by the limit";
+const NOT_ON_QUORUM: &str = "a semaphore runs on one Redis node, Sentinel or a Cluster, not on a Redlock quorum: each node would keep its own permits, and a majority of nodes granting a permit does not bound the holders by the limit";
+
+/// A semaphore admits as many holders at once as its permits: none is no semaphore.
+fn at_least_one_permit(settings: &Settings) -> Result<(), Error> {
+    if settings.permits == Some(0) {
+        return Err(Error::config(
+            "a semaphore needs at least 1 permit: it is how many holders it admits at once",
+        ));
+    }
+    Ok(())
+}

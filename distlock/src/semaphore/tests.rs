@@ -2,6 +2,8 @@
 
 use crate::algorithm::calls_under_test::{args, ask, assert_declares, id};
 use crate::algorithm::Ask;
+use crate::config::Settings;
+use crate::error::Error;
 use crate::key::{Kind, LockKey};
 
 /// Every call declares the permit slots after the lock key.
@@ -25,4 +27,24 @@ fn a_semaphore_sends_its_permits_after_the_waits_flag() {
         assert_eq!(sent.len(), 1 + 2 + 9, "{sent:?}");
         assert_eq!(sent[sent.len() - 2..], [flag.as_bytes(), b"4"]);
     }
+}
+
+/// The semaphore's own refusals, asked by the acquire loop through `Algorithm::admit`: a
+/// quorum, in its own words, and zero permits; any number above passes.
+#[test]
+fn a_semaphore_refuses_a_quorum_and_zero_permits() {
+    let semaphore = &super::SEMAPHORE;
+    let permits = |n| Settings {
+        permits: Some(n),
+        ..Settings::default()
+    };
+    let reason = |r: Result<(), Error>| match r {
+        Err(Error::InvalidConfig { reason }) => reason,
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    };
+    assert!(reason(semaphore.admit(&permits(2), true)).contains("does not bound the holders"));
+    assert!(reason(semaphore.admit(&permits(0), false)).contains("at least 1 permit"));
+    semaphore
+        .admit(&permits(1), false)
+        .expect("one permit is a semaphore");
 }

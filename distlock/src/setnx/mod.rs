@@ -24,7 +24,8 @@ pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {
     waited_mark: true,
     helpers: &[],
     intents: false,
-    quorum: true,
+    not_on_quorum: None,
+    check: crate::algorithm::any_settings,
     acquire: crate::algorithm::Lua::new(concat!(
         include_str!("../fence.lua"),
         include_str!("../held_as.lua"),

@@ -1,15 +1,15 @@
 //! Inspection on a quorum reads every node at once, each within the node timeout, and reports
 //! the lock as a majority of the nodes reads it: a node gone silent costs an operator's
-//! `inspect` or `force_unlock` the node timeout, not the connection's response timeout, and a
-//! hold that a minority of nodes keeps (an attempt that lost, a leftover) is not reported as
-//! the holder.
+//! `inspect`, `force_unlock` or `list` the node timeout, not the connection's response timeout
+//! nor the whole call, and a hold that a minority of nodes keeps (an attempt that lost, a
+//! leftover) is not reported as the holder nor listed.
 
 use crate::common;
 
 use std::time::Duration;
 
 use distlock::testing::lock_state;
-use distlock::Client;
+use distlock::{Client, Error};
 use distlock_testkit::{FaultProxy, RedisServer, RedisServers};
 
 /// Fails the test, naming `what`, if `f` does not finish within 20 s: a call that hangs.
@@ -18,6 +18,9 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .await
         .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
 }
+
+/// A quorum client's node timeout by default, with a response timeout above it.
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// A quorum client over `urls` whose connections wait two minutes for an answer (so only the
 /// node timeout can end a read of a silent node early), every node voting at once.
@@ -104,4 +107,65 @@ async fn a_hold_on_a_minority_is_not_reported() {
     assert!(!info.is_held(), "{info:?}");
     let guard = locks.lock("leftover").try_acquire().await.expect("free");
     guard.release().await.expect("release");
+}
+
+/// The first node blackholed: `list` scans the other two at once and answers within about the
+/// node timeout with the locks a majority holds: the guard's lock, not a leftover that one
+/// node keeps. (A node that did not answer failed the whole listing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_leaves_the_listing_to_the_majority() {
+    let servers = RedisServers::start(3);
+    let proxy = FaultProxy::start(&servers[0].addr()).expect("fault proxy");
+    let mut urls = servers.urls();
+    urls[0] = proxy.url();
+    let locks = quorum(urls).await;
+    let guard = locks.lock("listed").try_acquire().await.expect("free");
+    held_by_another(&servers[1], "leftover", "left-behind").await;
+
+    proxy.blackhole(true);
+    let started = std::time::Instant::now();
+    let names = within("list", locks.list())
+        .await
+        .expect("a majority answers");
+    let took = started.elapsed();
+    assert_eq!(names, ["listed"]);
+    // The node timeout and two round trips, with room for a loaded machine.
+    assert!(took < NODE_TIMEOUT * 10, "took {took:?}");
+    proxy.blackhole(false);
+    guard.release().await.expect("release");
+}
+
+/// Two nodes of three blackholed: `list` cannot say what a majority holds, and says so
+/// (`QuorumNotReached`, naming the silent nodes) within about the node timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_majority_fails_the_listing_quickly() {
+    let servers = RedisServers::start(3);
+    let proxies: Vec<FaultProxy> = servers
+        .iter()
+        .take(2)
+        .map(|s| FaultProxy::start(&s.addr()).expect("fault proxy"))
+        .collect();
+    let mut urls = servers.urls();
+    for (url, proxy) in urls.iter_mut().zip(&proxies) {
+        *url = proxy.url();
+    }
+    let locks = quorum(urls).await;
+    let guard = locks.lock("listed").try_acquire().await.expect("free");
+
+    proxies.iter().for_each(|p| p.blackhole(true));
+    let started = std::time::Instant::now();
+    let listed = within("list", locks.list()).await;
+    let took = started.elapsed();
+    match listed {
+        Err(Error::QuorumNotReached {
+            acked: 1,
+            needed: 2,
+            errors,
+            ..
+        }) => assert_eq!(errors.len(), 2, "{errors:?}"),
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(took < NODE_TIMEOUT * 10, "took {took:?}");
+    proxies.iter().for_each(|p| p.blackhole(false));
+    drop(guard);
 }
