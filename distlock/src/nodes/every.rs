@@ -164,7 +164,7 @@ impl Nodes {
         }
         if !self.majority.reached(answers.len()) {
             return Err(Error::QuorumNotReached {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
                 acked: answers.len(),
                 needed: self.majority.needed(),
                 nodes: self.majority.nodes(),

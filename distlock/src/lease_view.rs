@@ -1,4 +1,10 @@
-//! The lease, as a locked body sees it.
+//! The lease, as a locked fn's body sees it: [`Lease`] and [`lease`], re-exported at the crate
+//! root. The attributes' runtime support (`__private`) sets the task-local [`CURRENT`] around
+//! every poll of a body and tells a body's handles when the hold is lost or over; a fenced
+//! write takes a `Lease` as its token source (`fenced/source.rs`).
+//!
+//! A home of its own rather than in `__private`: a user names these types, and the hidden
+//! module holds only what the generated code calls.
 
 use std::cell::Cell;
 use std::pin::pin;
@@ -7,12 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::error::Error;
-use crate::fenced::{taken_without_fencing, TokenSource};
 use crate::token::FencingToken;
-
-// ---------------------------------------------------------------------------------------------
-// The lease, as the body sees it.
 
 /// The lock held by the locked fn that is running; see [`lease`].
 ///
@@ -22,8 +23,8 @@ use crate::token::FencingToken;
 /// kept after the locked fn returned reports the hold as over.
 #[derive(Clone, Debug)]
 pub struct Lease {
-    pub(super) fence: Option<FencingToken>,
-    pub(super) signal: Arc<Signal>,
+    pub(crate) fence: Option<FencingToken>,
+    pub(crate) signal: Arc<Signal>,
 }
 
 impl Lease {
@@ -45,33 +46,6 @@ impl Lease {
     /// dropped instead and never sees this resolve), or the locked fn has returned.
     pub async fn lost(&self) {
         self.signal.until_over().await;
-    }
-}
-
-/// A fenced write from a locked fn taken with `fencing = true` passes its lease.
-impl TokenSource for Lease {
-    fn token(&self) -> Result<FencingToken, Error> {
-        self.fence.ok_or_else(taken_without_fencing)
-    }
-}
-
-impl TokenSource for &Lease {
-    fn token(&self) -> Result<FencingToken, Error> {
-        (*self).token()
-    }
-}
-
-/// What [`lease`] returns, passed as it is: `None` (outside a locked fn, or in a task it
-/// spawned) fails the write.
-impl TokenSource for Option<Lease> {
-    fn token(&self) -> Result<FencingToken, Error> {
-        match self {
-            Some(lease) => lease.token(),
-            None => Err(Error::config(
-                "no fencing token to write with: `distlock::lease()` is None outside a locked fn \
-                 (and in a task it spawned: pass it the `Lease`)",
-            )),
-        }
     }
 }
 
@@ -119,41 +93,41 @@ pub fn lease() -> Option<Lease> {
 
 tokio::task_local! {
     /// Set around every poll of a locked body.
-    pub(super) static CURRENT: Slot;
+    pub(crate) static CURRENT: Slot;
 }
 
 /// What [`lease`] reads; moved into the task-local for each poll of the body, so it needs no
 /// allocation until the body asks for a [`Lease`].
-pub(super) struct Slot {
-    pub(super) fence: Option<FencingToken>,
-    pub(super) lost: bool,
-    pub(super) signal: Cell<Option<Arc<Signal>>>,
+pub(crate) struct Slot {
+    pub(crate) fence: Option<FencingToken>,
+    pub(crate) lost: bool,
+    pub(crate) signal: Cell<Option<Arc<Signal>>>,
 }
 
-pub(super) const HELD: u8 = 0;
-pub(super) const LOST: u8 = 1;
-pub(super) const ENDED: u8 = 2;
+pub(crate) const HELD: u8 = 0;
+pub(crate) const LOST: u8 = 1;
+pub(crate) const ENDED: u8 = 2;
 
 #[derive(Debug)]
-pub(super) struct Signal {
+pub(crate) struct Signal {
     state: AtomicU8,
     changed: Notify,
 }
 
 impl Signal {
-    pub(super) fn new(state: u8) -> Self {
+    pub(crate) fn new(state: u8) -> Self {
         Signal {
             state: AtomicU8::new(state),
             changed: Notify::new(),
         }
     }
 
-    pub(super) fn state(&self) -> u8 {
+    pub(crate) fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
     }
 
     /// Moves to `state` unless the hold is already over for another reason.
-    pub(super) fn over(&self, state: u8) {
+    pub(crate) fn over(&self, state: u8) {
         if self
             .state
             .compare_exchange(HELD, state, Ordering::AcqRel, Ordering::Acquire)
