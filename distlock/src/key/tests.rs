@@ -262,7 +262,7 @@ fn a_key_names_its_primitive() {
     let set = LockKey::set(writes.to_vec()).expect("a set");
     let named = set.lock_name();
     assert_eq!(named.primitive(), Primitive::WriteLockSet);
-    assert_eq!(named.as_str(), "[a, b]");
+    assert_eq!(named.as_str(), "[b, a]"); // by Cluster slot
     assert_eq!(
         set.members()[0].lock_name().primitive(),
         Primitive::WriteLock
