@@ -97,8 +97,9 @@
 //! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
 //!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
 //! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
-//!   this process leads, and its [`Leadership`] has a term (the fencing token) and reports its
-//!   loss before the server's lease ends; `observe()` follows who leads.
+//!   this process leads (`try_campaign()`: one attempt), and its [`Leadership`] has a term
+//!   (the fencing token) and reports its loss before the server's lease ends; `observe()`
+//!   follows who leads.
 //! * [`Client::lock_many`]: several exclusive locks at once, all or none, in one fixed order
 //!   (no deadlock whatever the callers' orders; a waiter holds none of them); each name is
 //!   the same lock as [`Client::lock`] of it. The attribute takes a list:
