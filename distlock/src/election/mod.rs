@@ -49,7 +49,7 @@ pub use observe::Leader;
 ///   through an outage of Redis; [`wait`](Self::wait) bounds it, and
 ///   [`try_campaign`](Self::try_campaign) makes one attempt.
 #[derive(Clone)]
-#[must_use = "an election does nothing until `campaign` or `observe` is awaited"]
+#[must_use = "an election does nothing until `campaign`, `try_campaign`, `lead` or `observe` is awaited"]
 pub struct Election {
     shared: Arc<Shared>,
     name: Arc<[u8]>,
