@@ -309,7 +309,7 @@ mod tests {
 
     #[test]
     fn the_report_shows_a_fenced_permits_slot() {
-        let permit = |slot| crate::inspect::Permit {
+        let permit = |slot| crate::inspect::PermitHolder {
             holder: Holder {
                 owner: "token".into(),
                 ..Holder::default()

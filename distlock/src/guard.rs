@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use crate::error::{Error, LockName};
 use crate::handoff::{self, Tenure, Transfer};
 use crate::lease::{self, LeaseState};
 use crate::release::{Hold, Until};
@@ -89,6 +89,11 @@ impl Guard {
         self.hold.key.name()
     }
 
+    /// The name for errors, with what it names (a lock, a semaphore, an election, ...).
+    pub(crate) fn lock_name(&self) -> LockName {
+        self.hold.key.lock_name()
+    }
+
     /// The owner as the scripts store it (see `inspect::Holder::owner`).
     #[cfg(feature = "testing")]
     pub(crate) fn owner(&self) -> &str {
@@ -101,6 +106,11 @@ impl Guard {
     /// its tenure's number). Pass it to the resource you protect and have it refuse writes
     /// carrying a smaller one: that stops a holder that lost its lease (a long GC pause, a
     /// frozen VM) from overwriting its successor's work, which no lease alone can prevent.
+    ///
+    /// An `Option` where [`Leadership::term`](crate::Leadership::term) is not: fencing costs
+    /// a script and a counter per acquisition, so a lock mints a token only when asked (a
+    /// plain `SET NX` otherwise), while an election always takes its lock with fencing, its
+    /// term being the token.
     pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fence
     }
@@ -330,14 +340,14 @@ impl Guard {
 
     fn lost_error(&self) -> Error {
         Error::LeaseLost {
-            name: self.hold.key.name().to_owned(),
+            name: self.hold.key.lock_name(),
             held_for: self.held_for(),
         }
     }
 
     fn not_owner(&self) -> Error {
         Error::NotOwner {
-            name: self.hold.key.name().to_owned(),
+            name: self.hold.key.lock_name(),
         }
     }
 }

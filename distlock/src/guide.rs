@@ -1,6 +1,9 @@
 //! Guides: running distlock in a service, choosing a deployment, how it works and how it is
 //! checked. The same texts are in the repository's `docs/` directory.
 //!
+//! * [`vocabulary`]: the primitives side by side (what each gives, its guard, how it waits,
+//!   its single attempt, what dropping it does, its token), and the decisions behind the
+//!   names.
 //! * [`operations`]: configuring a client, traces, metrics, inspection, the `distlock`
 //!   command, a least-privilege Redis user, the Redis keys and their lifetimes, scheduled jobs,
 //!   shutting down.
@@ -24,6 +27,7 @@
 macro_rules! guide_links {
     () => {
         "[operations]: crate::guide::operations\n\
+         [vocabulary]: crate::guide::vocabulary\n\
          [deployments]: crate::guide::deployments\n\
          [design]: crate::guide::design\n\
          [verification]: crate::guide::verification\n\
@@ -36,6 +40,10 @@ macro_rules! guide_links {
          [permits]: crate::guide::design#fenced-permits-one-mark-per-permit-slot\n"
     };
 }
+
+#[doc = guide_links!()]
+#[doc = include_str!("../docs/vocabulary.md")]
+pub mod vocabulary {}
 
 #[doc = guide_links!()]
 #[doc = include_str!("../docs/operations.md")]

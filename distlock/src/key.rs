@@ -63,7 +63,8 @@ use std::sync::Arc;
 
 use redis::{RedisWrite, ToRedisArgs};
 
-use crate::error::Error;
+use crate::error::{Error, LockName};
+use crate::mode::Primitive;
 
 mod set;
 
@@ -85,6 +86,8 @@ pub(crate) struct LockKey {
     /// A set of names taken together (`Client::lock_many`), in their fixed order; `base` is
     /// then the first one's (see `set`).
     set: Option<Arc<Members>>,
+    /// What the name names, for messages: the request's mode, or the election made on it.
+    primitive: Primitive,
 }
 
 /// How much of a long name error messages show.
@@ -162,7 +165,7 @@ impl LockKey {
     /// Anything else is a name of its own, braces and all.
     pub(crate) fn new(prefix: &str, name: &[u8], max_len: usize) -> Result<Self, Error> {
         let invalid = |reason: String| Error::InvalidName {
-            name: shorten(&String::from_utf8_lossy(name)),
+            name: shorten(&String::from_utf8_lossy(name)).into(),
             reason,
         };
         if name.is_empty() {
@@ -197,7 +200,22 @@ impl LockKey {
             name: start..start + name.len(),
             shortened,
             set: None,
+            primitive: Primitive::Lock,
         })
+    }
+
+    /// The same key, named in messages as a `primitive` (the key of a lock by default).
+    pub(crate) fn naming(self, primitive: Primitive) -> Self {
+        LockKey { primitive, ..self }
+    }
+
+    /// The name for errors, with what it names: a set's is its members' primitive's set.
+    pub(crate) fn lock_name(&self) -> LockName {
+        let primitive = match self.set {
+            Some(_) => self.primitive.set(),
+            None => self.primitive,
+        };
+        LockName::new(self.name(), primitive)
     }
 
     /// The name for messages.

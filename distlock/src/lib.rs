@@ -97,8 +97,9 @@
 //! * [`Client::quorum`]: Redlock over N independent masters: [`Client::lock`] on such a client
 //!   needs a majority, asked in parallel, with validity = ttl - elapsed - drift.
 //! * [`Client::election`]: leader election on the exclusive lock: `campaign()` waits until
-//!   this process leads, and its [`Leadership`] has a term (the fencing token) and reports its
-//!   loss before the server's lease ends; `observe()` follows who leads.
+//!   this process leads (`try_campaign()`: one attempt), and its [`Leadership`] has a term
+//!   (the fencing token) and reports its loss before the server's lease ends; `observe()`
+//!   follows who leads.
 //! * [`Client::lock_many`]: several exclusive locks at once, all or none, in one fixed order
 //!   (no deadlock whatever the callers' orders; a waiter holds none of them); each name is
 //!   the same lock as [`Client::lock`] of it. The attribute takes a list:
@@ -163,6 +164,8 @@
 //!
 //! # Guides
 //!
+//! [Vocabulary](guide::vocabulary) (every primitive side by side: what you get, its guard, how
+//! it waits, its single attempt, what a drop does, its token),
 //! [Operations](guide::operations) (traces, metrics, inspection, the CLI, least privilege,
 //! keys, scheduled jobs), [Deployments](guide::deployments) (and the failure model),
 //! [Design](guide::design), [Verification](guide::verification), [Fencing](guide::fencing)
@@ -187,6 +190,7 @@ mod identity;
 mod inspect;
 mod key;
 mod lease;
+mod lease_view;
 mod lock;
 mod majority;
 mod many;
@@ -218,12 +222,15 @@ pub use context::LockContext;
 pub use election::{Election, Leader, Leadership};
 #[cfg(feature = "axum")]
 pub use error::HandlerError;
-pub use error::{Error, NodeError, Op, Result};
+pub use error::{Error, LockName, NodeError, Op, Result};
 pub use guard::Guard;
-pub use inspect::{ForcedUnlock, Holder, LockInfo, Permit, Reader, FORCED_RECORD_KEPT};
+pub use inspect::{ForcedUnlock, Holder, LockInfo, PermitHolder, ReadHolder, FORCED_RECORD_KEPT};
+#[allow(deprecated)]
+pub use inspect::{Permit, Reader};
 pub use lease::{MAX_TTL, MIN_TTL};
+pub use lease_view::{lease, Lease};
 pub use lock::LockRequest;
-pub use mode::LockMode;
+pub use mode::{LockMode, Primitive};
 pub use runtime::Shutdown;
 pub use token::FencingToken;
 
@@ -246,11 +253,9 @@ pub use redis::RedisError;
 pub use distlock_macros::{distributed_lock, read_lock, semaphore, write_lock};
 
 // Runtime support for the lock attributes: the code they generate calls `__private::run`.
-// `Lease` and `lease()` are the part a locked body uses directly.
 #[doc(hidden)]
 #[path = "private/mod.rs"]
 pub mod __private;
-pub use __private::{lease, Lease};
 
 // The `distlock` command's logic (feature `cli`), a module so the tests can drive it.
 #[cfg(feature = "cli")]

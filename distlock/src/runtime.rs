@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::algorithm::Algorithm;
 use crate::config::{HandOffLimits, Replicas};
-use crate::error::Error;
+use crate::error::{Error, LockName};
 use crate::holds::Holds;
 use crate::key::LockKey;
 use crate::lease;
+use crate::mode::Primitive;
 use crate::nodes::Nodes;
 use crate::notify::Notifier;
 use crate::release::Until;
@@ -52,17 +54,42 @@ impl Shared {
         LockKey::new(&self.prefix, name, self.max_name_len)
     }
 
-    /// The keys of the set of locks `names` (see `key::set`), or why a name (or an empty
-    /// list) is refused.
+    /// The keys of `name` as the name of a `primitive` (what its errors call it), or why the
+    /// name is refused.
+    pub(crate) fn key_as(&self, primitive: Primitive, name: &[u8]) -> Result<LockKey, Error> {
+        match self.key(name) {
+            Ok(key) => Ok(key.naming(primitive)),
+            Err(Error::InvalidName { name, reason }) => Err(Error::InvalidName {
+                name: LockName::new(name, primitive),
+                reason,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The keys of `name` as a lock of `algorithm`'s mode (a read lock, a semaphore, ...).
+    pub(crate) fn key_for(&self, algorithm: &Algorithm, name: &[u8]) -> Result<LockKey, Error> {
+        self.key_as(algorithm.mode.primitive(), name)
+    }
+
+    /// The keys of the set of `names`, each the name of a `primitive` (see `key::set`), or
+    /// why a name (or an empty list) is refused.
     pub(crate) fn set_key<N: AsRef<[u8]>>(
         &self,
+        primitive: Primitive,
         names: impl IntoIterator<Item = N>,
     ) -> Result<LockKey, Error> {
         let keys = names
             .into_iter()
-            .map(|name| self.key(name.as_ref()))
+            .map(|name| self.key_as(primitive, name.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        LockKey::set(keys)
+        LockKey::set(keys).map_err(|e| match e {
+            Error::InvalidName { name, reason } => Error::InvalidName {
+                name: LockName::new(name, primitive.set()),
+                reason,
+            },
+            e => e,
+        })
     }
 }
 

@@ -26,6 +26,6 @@ fn demo_runs_to_the_end() {
 fn macro_demo_runs_to_the_end() {
     run(
         env!("CARGO_BIN_EXE_macro_demo"),
-        "lease on `export:3` was lost",
+        "lease on lock `export:3` was lost",
     );
 }

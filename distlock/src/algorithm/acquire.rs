@@ -403,7 +403,7 @@ impl Algorithm {
                 };
                 if confirmed < replicas.count {
                     return Err(Error::ReplicasNotConfirmed {
-                        name: key.name().to_owned(),
+                        name: key.lock_name(),
                         wanted: replicas.count,
                         confirmed,
                         timeout: replicas.timeout,
@@ -475,7 +475,7 @@ pub(crate) fn parse_acquire(
         }
         items => (items, 0),
     };
-    let name = || key.members()[member].name().to_owned();
+    let name = || key.members()[member].lock_name();
     match items {
         // A negative token: none was asked for.
         [Value::Int(1), Value::Int(fence)] => Ok(Attempt::Acquired {
@@ -499,7 +499,7 @@ pub(crate) fn parse_acquire(
         [Value::Int(-4), Value::Int(recorded), Value::Int(asked)] => {
             match (u32::try_from(*recorded), u32::try_from(*asked)) {
                 (Ok(recorded), Ok(permits)) => Err(Error::PermitsMismatch {
-                    name: key.name().to_owned(),
+                    name: key.lock_name(),
                     permits,
                     recorded,
                 }),

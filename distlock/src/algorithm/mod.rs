@@ -334,7 +334,7 @@ fn is_wrong_type(e: &redis::RedisError) -> bool {
 pub(crate) fn script_error(op: Op, key: &LockKey, e: redis::RedisError) -> Error {
     if is_wrong_type(&e) {
         return Error::WrongType {
-            name: key.name().to_owned(),
+            name: key.lock_name(),
             found: "value of another type".to_owned(),
         };
     }

@@ -14,6 +14,7 @@ pub use default::{default_client, default_quorum_client, scope_default, set_defa
 use crate::election::Election;
 use crate::error::Error;
 use crate::lock::LockRequest;
+use crate::mode::Primitive;
 use crate::reentrant;
 use crate::runtime::{Shared, Shutdown};
 use crate::semaphore;
@@ -251,7 +252,7 @@ impl Client {
         LockRequest::of_key(
             &self.inner,
             &crate::many::MANY,
-            self.inner.set_key(names),
+            self.inner.set_key(Primitive::Lock, names),
             std::panic::Location::caller(),
         )
     }
@@ -379,7 +380,7 @@ impl Client {
         LockRequest::of_key(
             &self.inner,
             &crate::many::WRITE_MANY,
-            self.inner.set_key(names),
+            self.inner.set_key(Primitive::WriteLock, names),
             std::panic::Location::caller(),
         )
     }

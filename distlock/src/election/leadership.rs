@@ -69,6 +69,8 @@ impl Leadership {
     /// term of every earlier leadership of this election (also across a restart of a server
     /// without persistence: tokens are floored at the server's clock). Pass it with every
     /// write the leader makes, and have the store refuse a term smaller than one it has seen.
+    /// Always there (not an `Option` as [`Guard::fencing_token`](crate::Guard::fencing_token)
+    /// is): an election always takes its lock with fencing.
     pub fn term(&self) -> FencingToken {
         self.term
     }

@@ -23,17 +23,33 @@ use std::time::Duration;
 use crate::config::Replicas;
 use crate::error::Error;
 use crate::lock::{LockRequest, Settings};
+use crate::mode::Primitive;
 use crate::runtime::Shared;
 use crate::setnx::SETNX;
 
 pub use leadership::Leadership;
 pub use observe::Leader;
 
-/// A leader election; see [`Client::election`](crate::Client::election). Set the ttl (and, if needed, a bound on the
-/// wait), then [`campaign`](Self::campaign) or [`observe`](Self::observe). Cheap to clone,
-/// and reusable: campaign again after a leadership ended.
+/// A leader election; see [`Client::election`](crate::Client::election). Set the ttl (and, if
+/// needed, a bound on the wait), then [`campaign`](Self::campaign),
+/// [`try_campaign`](Self::try_campaign), [`lead`](Self::lead) or [`observe`](Self::observe).
+///
+/// Two deliberate differences from a [`LockRequest`], whose shape it otherwise shares (the
+/// same setters, the same errors; [the vocabulary](crate::guide::vocabulary) sets them side by side):
+///
+/// - **A reusable value, not a consumed builder.** [`campaign`](Self::campaign) borrows
+///   (`&self`) where [`LockRequest::acquire`] consumes (`self`): a campaign is a loop, and
+///   the same election campaigns again after each term ends, from one value kept in the
+///   service's state (cheap to clone). A lock request is one acquisition, so it is made
+///   afresh for each.
+/// - **It waits for ever by default.** A lock request waits 5 s
+///   ([`DEFAULT_WAIT`](crate::DEFAULT_WAIT)): a request that cannot have its lock soon
+///   should fail and say so. A campaign is a long-lived loop whose waiting *is* its work (a
+///   standby instance waits for the leader to go), so it waits as long as it takes, also
+///   through an outage of Redis; [`wait`](Self::wait) bounds it, and
+///   [`try_campaign`](Self::try_campaign) makes one attempt.
 #[derive(Clone)]
-#[must_use = "an election does nothing until `campaign` or `observe` is awaited"]
+#[must_use = "an election does nothing until `campaign`, `try_campaign`, `lead` or `observe` is awaited"]
 pub struct Election {
     shared: Arc<Shared>,
     name: Arc<[u8]>,
@@ -84,8 +100,9 @@ impl Election {
     }
 
     /// How long [`campaign`](Self::campaign) waits to lead before it fails with
-    /// [`Error::Timeout`] (zero: one attempt, [`Error::Busy`] if another leads); by default
-    /// it waits as long as it takes, also through an outage of Redis.
+    /// [`Error::Timeout`] (zero: one attempt, [`Error::Busy`] if another leads, as
+    /// [`try_campaign`](Self::try_campaign)); by default it waits as long as it takes, also
+    /// through an outage of Redis (a lock request's default is 5 s: see the type's doc).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.settings.wait = wait;
         self
@@ -115,7 +132,7 @@ impl Election {
     /// The lock request a campaign makes: the exclusive lock of the election's name, fenced,
     /// renewed by the watchdog.
     fn request(&self) -> LockRequest<'_> {
-        let key = self.shared.key(&self.name);
+        let key = self.shared.key_as(Primitive::Election, &self.name);
         let settings = self.settings.clone();
         LockRequest::with_settings(&self.shared, &SETNX, key, settings, self.caller)
     }
@@ -134,8 +151,38 @@ impl Election {
     /// and stops on any other ends when the service shuts down. [`lead`](Self::lead) is that
     /// loop, with the job run while leading.
     pub async fn campaign(&self) -> Result<Leadership, Error> {
-        let key = self.shared.key(&self.name)?;
+        let key = self.shared.key_as(Primitive::Election, &self.name)?;
         let guard = self.request().acquire().await?;
+        Leadership::new(&self.shared, key, guard)
+    }
+
+    /// One attempt to lead: [`Error::Busy`] at once if another process leads, else the
+    /// [`Leadership`], as [`campaign`](Self::campaign) returns it. The same as a campaign with
+    /// [`wait(Duration::ZERO)`](Self::wait), without changing this election's wait; what
+    /// [`LockRequest::try_acquire`] is to a lock. For a job that every instance starts on
+    /// its own timer and only one should run, now or not at all:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
+    /// # async fn compact_the_logs(term: distlock::FencingToken) {}
+    /// let election = client.election("log-compactor");
+    /// match election.try_campaign().await {
+    ///     Ok(leadership) => {
+    ///         compact_the_logs(leadership.term()).await;
+    ///         leadership.resign().await?;
+    ///     }
+    ///     Err(distlock::Error::Busy { .. }) => {} // another instance leads
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails as [`campaign`](Self::campaign) does otherwise, except that an outage of Redis
+    /// is not waited through: it is returned ([`Error::is_transient`]).
+    pub async fn try_campaign(&self) -> Result<Leadership, Error> {
+        let key = self.shared.key_as(Primitive::Election, &self.name)?;
+        let guard = self.request().try_acquire().await?;
         Leadership::new(&self.shared, key, guard)
     }
 }

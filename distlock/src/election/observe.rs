@@ -18,7 +18,7 @@ use crate::identity::Described;
 use crate::inspect::{inspected_keys, parse_info, Holder, LockInfo, INSPECTED_KEYS};
 use crate::key::{Kind, LockKey};
 use crate::lease;
-use crate::mode::LockMode;
+use crate::mode::{LockMode, Primitive};
 use crate::notify::Subscription;
 use crate::runtime::Shared;
 use crate::token::FencingToken;
@@ -85,12 +85,12 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>, Error> {
-        let key = self.shared.key(&self.name)?;
+        let key = self.shared.key_as(Primitive::Election, &self.name)?;
         let ttl = Duration::from_millis(lease::ttl_ms(self.settings.ttl)?);
         let tasks = self.shared.nodes.tasks.clone();
         if tasks.is_closed() {
             return Err(Error::ShutDown {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
             });
         }
         let (ready, first) = oneshot::channel();
@@ -271,7 +271,7 @@ impl Watcher {
             .find_map(|(_, (info, _))| info.mode.filter(|&mode| mode != LockMode::SetNx))
         {
             return Err(Error::ModeConflict {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
                 held_as,
                 requested: LockMode::SetNx,
             });

@@ -9,8 +9,11 @@ use crate::token::FencingToken;
 
 #[cfg(feature = "axum")]
 mod http;
+mod name;
+
 #[cfg(feature = "axum")]
 pub use http::HandlerError;
+pub use name::LockName;
 
 /// What the library was doing when Redis failed; carried by [`Error::Redis`] so a log line
 /// says whether a lock may still be held (a failed release) or was never taken (a failed acquire).
@@ -64,7 +67,9 @@ pub struct NodeError {
 /// Everything that can go wrong with a lock.
 ///
 /// Every variant carries the lock's name (shortened for display when it is very long) and
-/// the context needed to act on it. What a caller can do about an error falls in four
+/// the context needed to act on it. The name is a [`LockName`]: it knows what it names, and
+/// the message says so (``semaphore `pool` is held by another owner``,
+/// ``election `scheduler` was not taken: ...``, ``read lock `doc:7` ...``). What a caller can do about an error falls in four
 /// groups, each with its predicate:
 ///
 /// | group | variants | did the protected work run? | retry? |
@@ -85,17 +90,17 @@ pub struct NodeError {
 #[non_exhaustive]
 pub enum Error {
     /// A single attempt (`wait` of zero) found the lock held by someone else.
-    #[error("lock `{name}` is held by another owner")]
+    #[error("{} is held by another owner", .name.described())]
     Busy {
         /// The lock's name.
-        name: String,
+        name: LockName,
     },
 
     /// The lock stayed busy for the whole wait.
-    #[error("lock `{name}` still busy after waiting {waited:?}{}", fmt_attempts(*.attempts))]
+    #[error("{} still busy after waiting {waited:?}{}", .name.described(), fmt_attempts(*.attempts))]
     Timeout {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// How long the caller waited.
         waited: Duration,
         /// How many acquire attempts it sent. Zero when it waited its whole wait in line
@@ -112,27 +117,27 @@ pub enum Error {
     /// to its end (a locked fn whose body returned `Ok` after the loss returns this). It is not
     /// [retryable](Error::is_retryable): repeating a non-idempotent operation (a payment, a
     /// deposit) could apply it twice. Check what was done first.
-    #[error("lease on `{name}` was lost after holding it for {held_for:?}")]
+    #[error("lease on {} was lost after holding it for {held_for:?}", .name.described())]
     LeaseLost {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// How long the lock had been held when the loss was noticed.
         held_for: Duration,
     },
 
     /// A release or extension was refused because the lock is no longer ours (it expired and
     /// may have been taken by another owner, whose hold was left untouched).
-    #[error("lock `{name}` is not held by this owner (expired or taken over)")]
+    #[error("{} is not held by this owner (expired or taken over)", .name.described())]
     NotOwner {
         /// The lock's name.
-        name: String,
+        name: LockName,
     },
 
     /// Fewer than a majority of the quorum's nodes granted the request in time.
-    #[error("quorum not reached for `{name}`: {acked} of {needed} needed nodes agreed{}", fmt_node_errors(.errors))]
+    #[error("quorum not reached for {}: {acked} of {needed} needed nodes agreed{}", .name.described(), fmt_node_errors(.errors))]
     QuorumNotReached {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// How many nodes granted the request.
         acked: usize,
         /// How many were needed (a majority).
@@ -145,26 +150,26 @@ pub enum Error {
 
     /// A non-reentrant lock was requested again by the task that already holds it; waiting
     /// would deadlock, so the request fails at once.
-    #[error("lock `{name}` is already held by this task and is not reentrant (use a reentrant lock to nest)")]
+    #[error("{} is already held by this task and is not reentrant (use a reentrant lock to nest)", .name.described())]
     Reentrant {
         /// The lock's name.
-        name: String,
+        name: LockName,
     },
 
     /// A task holding only the read lock asked for the write lock of the same name. Refused at
     /// once: two readers upgrading at the same time would each wait for the other forever.
-    #[error("lock `{name}` is held for reading by this task and cannot be upgraded to write: release the read lock first, or take the write lock from the start")]
+    #[error("{} cannot be taken: this task holds the read lock of the name, which cannot be upgraded to write; release the read lock first, or take the write lock from the start", .name.described())]
     Upgrade {
         /// The lock's name.
-        name: String,
+        name: LockName,
     },
 
     /// The key holds a value that is not one of this library's locks (another type, or a plain
     /// string without expiry). It was left untouched.
-    #[error("a key of lock `{name}` holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)")]
+    #[error("a key of {} holds a {found}, not lock data; it was left untouched (choose another lock name or key prefix)", .name.described())]
     WrongType {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// What the key holds.
         found: String,
     },
@@ -183,10 +188,10 @@ pub enum Error {
     /// [`Client::lock_many`](crate::Client::lock_many), whose names are exclusive (`setnx`)
     /// locks: take the set with [`Client::write_many`](crate::Client::write_many) instead
     /// (`#[write_lock(key = [..])]` rather than `#[distributed_lock(key = [..])]`).
-    #[error("lock `{name}` is used in two modes: held as a {held_as} lock, asked for as {requested}; locks of different modes cannot exclude each other. Take every use of one name in one mode (a set of names that are elsewhere taken with `write` or `read`: `write_many`, not `lock_many`)")]
+    #[error("{} is used in two modes: held as a {held_as} lock, asked for as {requested}; locks of different modes cannot exclude each other. Take every use of one name in one mode (a set of names that are elsewhere taken with `write` or `read`: `write_many`, not `lock_many`)", .name.described())]
     ModeConflict {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// The mode the name is held in.
         held_as: LockMode,
         /// The mode that was asked for.
@@ -197,10 +202,10 @@ pub enum Error {
     /// ([`Client::semaphore`](crate::Client::semaphore)). Every holder of one name must ask
     /// for the same number: the limit is recorded by the holder that finds the name free and
     /// is never changed while a permit is held. Nothing was changed.
-    #[error("semaphore `{name}` was asked for with {permits} permits, but its holders use {recorded}: every holder of one name must ask for the same number of permits")]
+    #[error("{} was asked for with {permits} permits, but its holders use {recorded}: every holder of one name must ask for the same number of permits", .name.described())]
     PermitsMismatch {
         /// The semaphore's name.
-        name: String,
+        name: LockName,
         /// The number of permits this request asked for.
         permits: u32,
         /// The number of permits the current holders recorded.
@@ -208,10 +213,10 @@ pub enum Error {
     },
 
     /// The lock name cannot be used.
-    #[error("invalid lock name `{name}`: {reason}")]
+    #[error("invalid {} name `{name}`: {reason}", .name.primitive())]
     InvalidName {
         /// The lock's name (shortened).
-        name: String,
+        name: LockName,
         /// Why it was refused.
         reason: String,
     },
@@ -219,10 +224,10 @@ pub enum Error {
     /// Replica acknowledgement was asked for ([`Replicas`](crate::Replicas)) and fewer
     /// replicas than wanted confirmed the acquisition within the timeout. The acquisition was
     /// undone (released with its own id) before this was returned: the lock is not held.
-    #[error("lock `{name}`: {confirmed} of {wanted} replicas confirmed the acquisition within {timeout:?}; it was undone")]
+    #[error("{}: {confirmed} of {wanted} replicas confirmed the acquisition within {timeout:?}; it was undone", .name.described())]
     ReplicasNotConfirmed {
         /// The lock's name.
-        name: String,
+        name: LockName,
         /// How many replicas had to confirm.
         wanted: u32,
         /// How many did.
@@ -241,10 +246,10 @@ pub enum Error {
     /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)) before the lock
     /// was taken: nothing ran under it. This client takes no more locks; another instance of
     /// the service may (an HTTP service answers 503 while it stops).
-    #[error("lock `{name}` was not taken: the client is shut down")]
+    #[error("{} was not taken: the client is shut down", .name.described())]
     ShutDown {
         /// The lock's name.
-        name: String,
+        name: LockName,
     },
 
     /// A fenced resource refused a write: it has seen a higher fencing token, so a newer
@@ -432,7 +437,7 @@ impl Error {
             | Error::PermitsMismatch { name, .. }
             | Error::ReplicasNotConfirmed { name, .. }
             | Error::InvalidName { name, .. }
-            | Error::ShutDown { name } => Some(name),
+            | Error::ShutDown { name } => Some(name.as_str()),
             Error::Redis { name, .. } => name.as_deref(),
             _ => None,
         }

@@ -148,3 +148,106 @@ fn each_error_is_in_one_group_and_maps_to_its_status() {
         assert_eq!(e.http_status(), status, "{e}");
     }
 }
+
+/// Each error names what its name is the name of: the words come from `Primitive` alone, and
+/// a name made from a `&str` (as here, and in an application's tests) is a lock's.
+#[test]
+fn errors_name_the_primitive() {
+    use crate::mode::Primitive;
+    let name = |primitive| LockName::new("x", primitive);
+    let busy = |primitive| {
+        Error::Busy {
+            name: name(primitive),
+        }
+        .to_string()
+    };
+    assert_eq!(busy(Primitive::Lock), "lock `x` is held by another owner");
+    assert_eq!(
+        busy(Primitive::Semaphore),
+        "semaphore `x` is held by another owner"
+    );
+    assert_eq!(
+        busy(Primitive::ReadLock),
+        "read lock `x` is held by another owner"
+    );
+    assert_eq!(
+        busy(Primitive::WriteLock),
+        "write lock `x` is held by another owner"
+    );
+    assert_eq!(
+        busy(Primitive::Election),
+        "election `x` is held by another owner"
+    );
+    assert_eq!(
+        busy(Primitive::LockSet),
+        "lock set `x` is held by another owner"
+    );
+    assert_eq!(
+        busy(Primitive::WriteLockSet),
+        "write lock set `x` is held by another owner"
+    );
+    // Every variant that carries a name says it with its primitive.
+    let semaphore = || name(Primitive::Semaphore);
+    let texts = [
+        Error::Timeout {
+            name: semaphore(),
+            waited: Duration::from_secs(2),
+            attempts: 1,
+        },
+        Error::LeaseLost {
+            name: semaphore(),
+            held_for: Duration::from_secs(1),
+        },
+        Error::NotOwner { name: semaphore() },
+        Error::QuorumNotReached {
+            name: semaphore(),
+            acked: 1,
+            needed: 2,
+            nodes: 3,
+            errors: Vec::new(),
+        },
+        Error::Reentrant { name: semaphore() },
+        Error::Upgrade { name: semaphore() },
+        Error::WrongType {
+            name: semaphore(),
+            found: "list".into(),
+        },
+        Error::ModeConflict {
+            name: semaphore(),
+            held_as: LockMode::SetNx,
+            requested: LockMode::Semaphore,
+        },
+        Error::PermitsMismatch {
+            name: semaphore(),
+            permits: 3,
+            recorded: 4,
+        },
+        Error::ReplicasNotConfirmed {
+            name: semaphore(),
+            wanted: 1,
+            confirmed: 0,
+            timeout: Duration::from_millis(100),
+        },
+        Error::ShutDown { name: semaphore() },
+    ];
+    for e in texts {
+        let text = e.to_string();
+        assert!(text.contains("semaphore `x`"), "{text}");
+        assert!(!text.contains("lock `x`"), "{text}");
+        assert_eq!(e.name(), Some("x"));
+    }
+    let invalid = Error::InvalidName {
+        name: LockName::new("", Primitive::Election),
+        reason: "the name is empty".into(),
+    };
+    assert_eq!(
+        invalid.to_string(),
+        "invalid election name ``: the name is empty"
+    );
+    // The name alone, where the name is wanted: as the `String` it was.
+    let name = name(Primitive::Semaphore);
+    assert_eq!(name.to_string(), "x");
+    assert_eq!(name, "x");
+    assert_eq!(name.primitive(), Primitive::Semaphore);
+    assert_eq!(LockName::from("x").primitive(), Primitive::Lock);
+}

@@ -53,7 +53,6 @@ pub const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
 pub mod postgres;
 mod source;
 
-pub(crate) use source::taken_without_fencing;
 pub use source::TokenSource;
 
 static WRITE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("write.lua")));

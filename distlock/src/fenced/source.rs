@@ -3,6 +3,7 @@
 use crate::election::Leadership;
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::lease_view::Lease;
 use crate::token::FencingToken;
 
 /// Where a fenced write finds its token: what a holder already has in hand, passed as it is.
@@ -11,7 +12,7 @@ use crate::token::FencingToken;
 /// |---|---|
 /// | [`FencingToken`], `Option<FencingToken>` | a token kept or read back; [`Guard::fencing_token`] |
 /// | `&`[`Guard`] | a lock taken by hand with [`fencing(true)`](crate::LockRequest::fencing) |
-/// | [`Lease`](crate::Lease), `&Lease`, `Option<Lease>` | [`distlock::lease()`](crate::lease) in a locked fn with `fencing = true` |
+/// | [`Lease`], `&Lease`, `Option<Lease>` | [`distlock::lease()`](crate::lease) in a locked fn with `fencing = true` |
 /// | `&`[`Leadership`] | an election: the term is the token |
 ///
 /// A source without a token (a lock taken without fencing, `distlock::lease()` outside a
@@ -72,5 +73,32 @@ impl TokenSource for &Guard {
 impl TokenSource for &Leadership {
     fn token(&self) -> Result<FencingToken, Error> {
         Ok(self.term())
+    }
+}
+
+/// A fenced write from a locked fn taken with `fencing = true` passes its lease.
+impl TokenSource for Lease {
+    fn token(&self) -> Result<FencingToken, Error> {
+        self.fencing_token().ok_or_else(taken_without_fencing)
+    }
+}
+
+impl TokenSource for &Lease {
+    fn token(&self) -> Result<FencingToken, Error> {
+        (*self).token()
+    }
+}
+
+/// What [`distlock::lease()`](crate::lease) returns, passed as it is: `None` (outside a locked fn, or in a task it
+/// spawned) fails the write.
+impl TokenSource for Option<Lease> {
+    fn token(&self) -> Result<FencingToken, Error> {
+        match self {
+            Some(lease) => lease.token(),
+            None => Err(Error::config(
+                "no fencing token to write with: `distlock::lease()` is None outside a locked fn \
+                 (and in a task it spawned: pass it the `Lease`)",
+            )),
+        }
     }
 }

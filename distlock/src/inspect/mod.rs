@@ -23,7 +23,21 @@ use crate::token::FencingToken;
 mod rwlock;
 mod semaphore;
 
-pub use semaphore::Permit;
+pub use semaphore::PermitHolder;
+
+/// The old name of [`PermitHolder`], kept for one release.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `PermitHolder`: an inspection record of who holds a permit, not a permit"
+)]
+pub type Permit = PermitHolder;
+
+/// The old name of [`ReadHolder`], kept for one release.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `ReadHolder`: an inspection record of who holds the read side, not a read guard"
+)]
+pub type Reader = ReadHolder;
 
 static INSPECT: std::sync::LazyLock<Lua> =
     std::sync::LazyLock::new(|| Lua::new(include_str!("inspect.lua")));
@@ -59,10 +73,12 @@ pub struct Holder {
     pub acquired_at: Option<SystemTime>,
 }
 
-/// One reading owner of a read/write lock.
+/// Who holds the read side of a read/write lock, as [`Client::inspect`](crate::Client::inspect)
+/// reads it: one reading owner, a record, not a read guard (that is the reader's
+/// [`Guard`](crate::Guard)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Reader {
+pub struct ReadHolder {
     /// Client id and task context.
     pub owner: String,
     /// Its read holds (re-entries count).
@@ -105,13 +121,13 @@ pub struct LockInfo {
     /// semaphore's permits held.
     pub hold_count: u32,
     /// Readers of a read/write lock.
-    pub readers: Vec<Reader>,
+    pub readers: Vec<ReadHolder>,
     /// Writers waiting for a read/write lock (they keep new readers out).
     pub waiting_writers: Vec<String>,
     /// A semaphore's number of permits, as its holders recorded it.
     pub permits: Option<u32>,
     /// A semaphore's permits held now, the first whose lease ends first.
-    pub permit_holders: Vec<Permit>,
+    pub permit_holders: Vec<PermitHolder>,
     /// The current holder's fencing token, when it took the lock with fencing (read holds:
     /// the last fenced writer's). For a setnx lock, whose value has no room for it, this is
     /// the last token issued for the name: the holder's if it asked for one.
@@ -219,7 +235,7 @@ pub(crate) async fn force_unlock(
                 Some(Value::Int(1)) => removed = Some(items.get(1).and_then(text)),
                 Some(Value::Int(-1)) => {
                     return Err(Error::WrongType {
-                        name: key.name().to_owned(),
+                        name: key.lock_name(),
                         found: items.get(1).and_then(text).unwrap_or_default(),
                     })
                 }
@@ -379,7 +395,7 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
         "string" => {
             if pttl.is_none() {
                 return Err(Error::WrongType {
-                    name: key.name().to_owned(),
+                    name: key.lock_name(),
                     found: "string without expiry".to_owned(),
                 });
             }
@@ -421,14 +437,14 @@ pub(crate) fn parse_info(key: &LockKey, reply: Value) -> Result<Parsed, Error> {
             permits_read =
                 semaphore::parse(&mut info, &members, &pairs(slots), now).ok_or_else(|| {
                     Error::WrongType {
-                        name: key.name().to_owned(),
+                        name: key.lock_name(),
                         found: "sorted set that is not a semaphore".to_owned(),
                     }
                 })?;
         }
         other => {
             return Err(Error::WrongType {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
                 found: other.to_owned(),
             })
         }

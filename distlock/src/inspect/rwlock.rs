@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{described, LockInfo, Reader};
+use super::{described, LockInfo, ReadHolder};
 use crate::identity::Described;
 use crate::mode::LockMode;
 
@@ -39,7 +39,7 @@ pub(super) fn parse(
         };
         let n = field(&format!("r:{owner}")).map_or(0, holds);
         if n > 0 {
-            info.readers.push(Reader {
+            info.readers.push(ReadHolder {
                 owner: owner.clone(),
                 holds: n,
                 remaining: Duration::from_millis((until - now) as u64),

@@ -10,10 +10,11 @@ use crate::identity::Described;
 use crate::mode::LockMode;
 use crate::nodes::Nodes;
 
-/// One permit of a semaphore, held now.
+/// Who holds one permit of a semaphore now, as [`Client::inspect`](crate::Client::inspect)
+/// reads it: a record, not the permit itself (that is the holder's [`Guard`](crate::Guard)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Permit {
+pub struct PermitHolder {
     /// Who took it.
     pub holder: Holder,
     /// Its lease's remaining time.
@@ -53,7 +54,7 @@ pub(super) fn parse(
         let slot = slots.get(member.as_str()).copied();
         let (owner, description) = member.split_once('\t').unwrap_or((member, ""));
         let (holder, d) = described(owner.to_owned(), description);
-        info.permit_holders.push(Permit {
+        info.permit_holders.push(PermitHolder {
             holder,
             remaining: Duration::from_millis((ends - now) as u64),
             slot,
@@ -75,7 +76,7 @@ pub(super) async fn look_up(
     nodes: &Nodes,
     node: usize,
     prefix: &str,
-    permits: &mut [Permit],
+    permits: &mut [PermitHolder],
     descriptions: &[Option<Described>],
 ) {
     for (permit, d) in permits.iter_mut().zip(descriptions) {

@@ -33,7 +33,7 @@ impl LockKey {
     pub(crate) fn set(mut names: Vec<LockKey>) -> Result<LockKey, Error> {
         if names.is_empty() {
             return Err(Error::InvalidName {
-                name: "[]".to_owned(),
+                name: "[]".into(),
                 reason: "a set of names needs at least one name".to_owned(),
             });
         }

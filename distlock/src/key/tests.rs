@@ -246,3 +246,25 @@ fn prefixes_with_braces_are_refused() {
     assert!(validate_prefix("locks#1").is_ok());
     assert!(validate_prefix("lo{cks}").is_err());
 }
+
+/// A key says what it names in errors; a set is its members' primitive's set, and each member
+/// keeps its own.
+#[test]
+fn a_key_names_its_primitive() {
+    use crate::mode::Primitive;
+    let named = key("pool").naming(Primitive::Semaphore).lock_name();
+    assert_eq!(
+        (named.as_str(), named.primitive()),
+        ("pool", Primitive::Semaphore)
+    );
+    assert_eq!(key("a").lock_name().primitive(), Primitive::Lock);
+    let writes = ["b", "a"].map(|n| key(n).naming(Primitive::WriteLock));
+    let set = LockKey::set(writes.to_vec()).expect("a set");
+    let named = set.lock_name();
+    assert_eq!(named.primitive(), Primitive::WriteLockSet);
+    assert_eq!(named.as_str(), "[b, a]"); // by Cluster slot
+    assert_eq!(
+        set.members()[0].lock_name().primitive(),
+        Primitive::WriteLock
+    );
+}

@@ -90,7 +90,7 @@ impl Plan<'_> {
         // task takes one more permit.
         if algorithm.owner == OwnerKind::Token && !algorithm.shared && holder.is_some() {
             return Err(Error::Reentrant {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
             });
         }
         let context = holder.unwrap_or_else(LockContext::current);
@@ -179,7 +179,7 @@ impl Plan<'_> {
 
     fn timeout(&self, started: Instant, attempts: u32) -> Error {
         Error::Timeout {
-            name: self.key.name().to_owned(),
+            name: self.key.lock_name(),
             waited: started.elapsed(),
             attempts,
         }
@@ -294,7 +294,7 @@ pub(super) async fn acquire(
 
 fn shut_down(key: &LockKey) -> Error {
     Error::ShutDown {
-        name: key.name().to_owned(),
+        name: key.lock_name(),
     }
 }
 
@@ -456,7 +456,7 @@ async fn attempts(plan: &Plan<'_>) -> Result<(Guard, u32), Error> {
             return Err(match error {
                 Some(e) => e,
                 None if !waits => Error::Busy {
-                    name: plan.key.name().to_owned(),
+                    name: plan.key.lock_name(),
                 },
                 None => plan.timeout(started, attempts),
             });

@@ -18,6 +18,11 @@ pub(crate) use crate::config::Settings;
 
 /// A lock about to be taken; see [`Client::lock`](crate::Client::lock). Set the ttl and wait, then call
 /// [`acquire`](Self::acquire) (waits) or [`try_acquire`](Self::try_acquire) (one attempt).
+///
+/// A consumed builder: `acquire(self)` takes the request, one request per acquisition
+/// (making one costs no I/O). An [`Election`](crate::Election), which campaigns again and
+/// again, is the reusable value instead; [the vocabulary](crate::guide::vocabulary) sets the
+/// primitives side by side.
 #[must_use = "a lock request does nothing until `acquire` or `try_acquire` is awaited"]
 pub struct LockRequest<'c> {
     shared: &'c Arc<Shared>,

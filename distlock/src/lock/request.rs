@@ -26,7 +26,7 @@ impl<'c> LockRequest<'c> {
         name: &[u8],
         caller: &'static Location<'static>,
     ) -> Self {
-        LockRequest::of_key(shared, algorithm, shared.key(name), caller)
+        LockRequest::of_key(shared, algorithm, shared.key_for(algorithm, name), caller)
     }
 
     /// A request for `key`, made already: a set of names (see `Client::lock_many`), or why

@@ -165,7 +165,7 @@ impl Nodes {
         }
         if !self.majority.reached(answers.len()) {
             return Err(Error::QuorumNotReached {
-                name: key.name().to_owned(),
+                name: key.lock_name(),
                 acked: answers.len(),
                 needed: self.majority.needed(),
                 nodes: self.majority.nodes(),
@@ -224,7 +224,7 @@ impl Nodes {
         }
         if !self.majority.reached(answered) {
             return Err(Error::QuorumNotReached {
-                name: pattern,
+                name: pattern.into(),
                 acked: answered,
                 needed: self.majority.needed(),
                 nodes: self.majority.nodes(),

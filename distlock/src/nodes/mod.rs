@@ -279,7 +279,7 @@ impl Nodes {
             return Ok(Attempt::Busy { holder_ttl, member });
         }
         Err(Error::QuorumNotReached {
-            name: key.name().to_owned(),
+            name: key.lock_name(),
             acked: granted.len(),
             needed: self.majority.needed(),
             nodes: self.majority.nodes(),
@@ -445,7 +445,7 @@ impl Nodes {
             return Ok(None);
         }
         Err(Error::QuorumNotReached {
-            name: key.name().to_owned(),
+            name: key.lock_name(),
             acked: yes.len(),
             needed: self.majority.needed(),
             nodes: self.majority.nodes(),

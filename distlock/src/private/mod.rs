@@ -2,8 +2,8 @@
 //! `#[write_lock]`, `#[semaphore]`).
 //!
 //! Not a public API: the code the attributes generate calls into this module (as
-//! `::distlock::__private::..`), and anything here may change in any release. The two public
-//! items defined here, [`Lease`] and [`lease`], are re-exported at the crate root.
+//! `::distlock::__private::..`), and anything here may change in any release. What a locked
+//! body itself uses, `distlock::lease()` and its `Lease`, has its public home in `lease_view`.
 //!
 //! The generated code stays small: it builds the key, looks up the client, fills in a [`Spec`]
 //! and hands the body to [`run`], which does the rest. Compile-time checks that need types
@@ -12,7 +12,6 @@
 //! calls that need them with the span of the user's offending token.
 
 mod checks;
-mod lease;
 mod lookup;
 mod names;
 
@@ -28,6 +27,7 @@ use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::lease_view::{Signal, Slot, CURRENT, ENDED, LOST};
 
 pub use checks::{
     key, returns, returns_logged, returns_mapped, FromLockError, IsOption, KeyPart, LoggedValue,
@@ -35,8 +35,6 @@ pub use checks::{
 };
 pub use core::format_args;
 pub use core::option::Option;
-pub use lease::{lease, Lease};
-use lease::{Signal, Slot, CURRENT, ENDED, LOST};
 pub use lookup::{client, default_client, default_quorum_client, AsLockClient};
 pub use names::{LockNames, Names};
 
@@ -75,7 +73,7 @@ pub enum Kind {
 pub enum OnLost {
     /// Drop the body at its current `.await` and return [`Error::LeaseLost`].
     Cancel,
-    /// Let the body finish; it can watch the loss through [`lease`].
+    /// Let the body finish; it can watch the loss through [`lease`](crate::lease).
     Continue,
 }
 
@@ -241,7 +239,7 @@ where
         Held::Finished(result, lost, signal) => {
             let held = lost.is_none() && guard.is_held();
             let held_for = guard.held_for();
-            let name = (!held).then(|| guard.name().to_owned());
+            let name = (!held).then(|| guard.lock_name());
             let released = guard.release().await;
             end(signal);
             if !(returns.is_ok)(&result) {
@@ -375,7 +373,7 @@ async fn hold<R, F: Future<Output = R>>(
     .await
 }
 
-/// Records a loss and tells the body's [`Lease`] handles. Returns the error when the body must
+/// Records a loss and tells the body's [`Lease`](crate::Lease) handles. Returns the error when the body must
 /// be dropped.
 fn notice(
     loss: &mut Option<Error>,
@@ -397,7 +395,7 @@ fn notice(
 
 fn lease_lost(guard: &Guard) -> Error {
     Error::LeaseLost {
-        name: guard.name().to_owned(),
+        name: guard.lock_name(),
         held_for: guard.held_for(),
     }
 }
@@ -441,8 +439,8 @@ pub fn local_waiters(client: &Client, name: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::lease::HELD;
     use super::*;
+    use crate::lease_view::{lease, Lease, HELD};
     use crate::token::FencingToken;
 
     #[test]

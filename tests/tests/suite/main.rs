@@ -45,6 +45,7 @@ mod shutdown;
 mod silence;
 mod structure;
 mod tls;
+mod vocabulary;
 mod wakeup;
 mod watchdog;
 mod wire;

@@ -12,7 +12,7 @@
 //! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
 //! | upkeep | watchdog, release |
 //! | local state | handoff, channels, notify, probe, holds, wait |
-//! | acquisition | runtime, lock, guard |
+//! | acquisition | runtime, lock, guard, lease_view |
 //! | facade | client, inspect, election, fenced |
 //! | support | private (`__private`), cli, fuzz, test_hooks, testing, the crate root, bin |
 //!
@@ -62,7 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "local state",
         &["handoff", "channels", "notify", "probe", "holds", "wait"],
     ),
-    ("acquisition", &["runtime", "lock", "guard"]),
+    ("acquisition", &["runtime", "lock", "guard", "lease_view"]),
     ("facade", &["client", "inspect", "election", "fenced"]),
     (
         "support",
