@@ -1,6 +1,6 @@
 //! S13's rows of the table, its definitions and its columns' notes.
 
-use crate::report::{row, Fmt, RowSpec};
+use crate::results::{row, Fmt, RowSpec};
 
 /// The rows of one Redis write.
 macro_rules! redis_rows {
