@@ -200,16 +200,7 @@ pub fn versus_limit(
     bound: f64,
     at_most: bool,
 ) -> Result<(bool, String), String> {
-    let ours = r.value(scenario, kind, metric)?;
-    let limit = r
-        .value(scenario, Kind::Limit, metric)
-        .map_err(|e| format!("limit: {e}"))?;
-    let ratio = ours / limit;
-    let pass = if at_most {
-        ratio <= bound
-    } else {
-        ratio >= bound
-    };
+    let (pass, ratio) = ratio(r, kind, Kind::Limit, scenario, metric, bound, at_most)?;
     let name = match scenario {
         "S4" => "limit-quorum",
         "S1c" | "S2c" => "limit on the cluster",
@@ -229,6 +220,20 @@ pub fn versus(
     bound: f64,
     at_most: bool,
 ) -> Result<(bool, String), String> {
+    let (pass, ratio) = ratio(r, kind, base, scenario, metric, bound, at_most)?;
+    Ok((pass, format!("{ratio:.2}× {}", base.name())))
+}
+
+/// `ours / base's` figure, and whether it is within `bound` (at most, or at least).
+fn ratio(
+    r: &Results,
+    kind: Kind,
+    base: Kind,
+    scenario: &str,
+    metric: &str,
+    bound: f64,
+    at_most: bool,
+) -> Result<(bool, f64), String> {
     let ours = r.value(scenario, kind, metric)?;
     let theirs = r
         .value(scenario, base, metric)
@@ -239,7 +244,7 @@ pub fn versus(
     } else {
         ratio >= bound
     };
-    Ok((pass, format!("{ratio:.2}× {}", base.name())))
+    Ok((pass, ratio))
 }
 
 pub fn absolute(
