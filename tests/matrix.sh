@@ -102,16 +102,19 @@ install_redis_70() {
 # The checks: a name and the cargo test arguments (the test binary and its filters). The suite's
 # modules: every mode (setnx, reentrant, read/write, semaphore, lock_many, write_many, Redlock on
 # a quorum of 3), waits and wake-ups, fencing (every mode's fencing tests are in its module),
-# the primitives (the fenced store, the leader loop) and the Cluster. The Sentinel failover and
-# the election are test files of their own.
+# the primitives (the fenced store, the leader loop), the watchdog's renewals (batched, and the
+# first one on a fresh server: native `SET .. IFEQ` on Valkey, scripts elsewhere) and the
+# Cluster. The Sentinel failover and the election are test files of their own.
 # `servers` checks that the kit runs the named server, and what differs between the servers
 # (tests/tests/suite/servers.rs); `native` (Valkey only) the native renewal beside Redis 7.0
-# (tests/tests/suite/native.rs).
+# (tests/tests/suite/native/: with the fallback to the script and a Sentinel failover from
+# Redis 7.0 to Valkey 8.1).
 CHECKS=(
   "servers|--test suite -- servers::"
   "modes|--test suite -- setnx:: reentrant:: rwlock:: semaphore:: many:: write_many:: redlock::"
   "wakeups|--test suite -- wakeup:: handoff:: liveness:: keys::"
   "primitives|--test suite -- fenced:: leader_loop::"
+  "renewals|--test suite -- watchdog::a_thousand_held_locks watchdog::the_first_renewal"
   "cluster|--test suite -- cluster::"
   "sentinel|--test sentinel"
   "election|--test election"

@@ -176,6 +176,27 @@ pub fn has_set_nx_get(server: &RedisServer) -> bool {
     server_version(server) >= (7, 0)
 }
 
+/// Whether `server` has `SET .. IFEQ` (Valkey 8.1, Redis 8.4), read as the client reads it
+/// (`COMMAND DOCS SET` lists the option): there the watchdog renews a setnx lease with it
+/// instead of the extend script.
+pub fn has_set_ifeq(server: &RedisServer) -> bool {
+    let docs: redis::Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("SET")
+        .query(&mut server.connection())
+        .unwrap_or(redis::Value::Nil);
+    format!("{docs:?}").contains("\"IFEQ\"")
+}
+
+/// The commands `server` ran that may renew a lease: `(native, scripts)`, its `SET` calls
+/// (`SET .. IFEQ`, where it has the command; acquisitions are `SET`s too) and its script calls
+/// (`EVALSHA`, `EVAL`: the extend script, and every other script).
+pub fn renewal_calls(server: &RedisServer) -> (u64, u64) {
+    let stats = server.commandstats();
+    let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
+    (calls("set"), calls("evalsha") + calls("eval"))
+}
+
 /// On a Cluster without sharded pub/sub, where a waiter polls instead of listening on its
 /// shard channel: stands in for the wait until it listens, giving it time to find the lock
 /// busy and start polling. True, as that wait's answer.

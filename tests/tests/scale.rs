@@ -209,17 +209,29 @@ async fn scale_leases_at_ttl_3s_on_one_node_beside_busy_processes() {
     drop(busy);
 }
 
-/// The scale tier under load on a quorum: 20,000 leases at ttl 3 s on 3 nodes (60,000
-/// renewals a second) held 20 s beside [`BUSY`] busy processes, no lease lost.
+/// Leases the loaded quorum case holds: 20,000 in an optimised build (60,000 renewals a
+/// second). A debug build's client spends 10-15 us of CPU per renewal: 60,000 a second took
+/// 58 % of a core beside the busy processes, the whole of its share on a 2-core machine, and
+/// lost leases when anything else ran; it holds 10,000 (30,000 renewals a second, still more
+/// than the single-node debug case's 20,000).
+const QUORUM_BUSY_LEASES: usize = if cfg!(debug_assertions) {
+    10_000
+} else {
+    20_000
+};
+
+/// The scale tier under load on a quorum: [`QUORUM_BUSY_LEASES`] leases at ttl 3 s on 3 nodes
+/// held 20 s beside [`BUSY`] busy processes, no lease lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale tier: cargo test --test scale -- --ignored --test-threads 1"]
-async fn scale_twenty_thousand_leases_at_ttl_3s_on_a_quorum_beside_busy_processes() {
+async fn scale_leases_at_ttl_3s_on_a_quorum_beside_busy_processes() {
     let nodes = RedisServers::start(3);
     let locks = quorum(&nodes).await;
     let busy = Busy::start(BUSY);
     println!("load before: {}", load());
     let ttl = Duration::from_secs(3);
-    hold_and_report(&locks, "quorum, busy", 20_000, ttl, Duration::from_secs(20)).await;
+    let hold = Duration::from_secs(20);
+    hold_and_report(&locks, "quorum, busy", QUORUM_BUSY_LEASES, ttl, hold).await;
     println!("load after: {}", load());
     drop(busy);
 }

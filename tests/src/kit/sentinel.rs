@@ -1,9 +1,10 @@
 //! A local Sentinel deployment: one master, its replicas, and sentinels watching them.
 
 use std::fs;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::server::RedisServer;
+use super::server::{RedisServer, RedisServerBuilder};
 use super::wait::wait_until;
 
 /// The name the sentinels know the master by.
@@ -42,14 +43,36 @@ impl RedisSentinel {
     /// # Panics
     /// As [`start`](Self::start).
     pub fn start_with(replicas: usize, sentinels: usize) -> Self {
-        let master = RedisServer::start();
+        Self::start_servers(&vec![RedisServer::builder(); replicas + 1], sentinels)
+    }
+
+    /// A master and replicas each of its own executable (the master's first): a failover to
+    /// a server of another version. The replicas must load the master's RDB (Valkey 8.1
+    /// replicates from Redis 7.0; the reverse fails). The sentinels run the kit's server.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with_binaries(binaries: &[&Path], sentinels: usize) -> Self {
+        let mut builders: Vec<RedisServerBuilder> = binaries
+            .iter()
+            .map(|binary| RedisServer::builder().binary(binary))
+            .collect();
+        // The replicas' first sync at once, not after the default 5 s wait for more replicas.
+        builders[0] = builders[0]
+            .clone()
+            .args(["--repl-diskless-sync-delay", "0"]);
+        Self::start_servers(&builders, sentinels)
+    }
+
+    fn start_servers(builders: &[RedisServerBuilder], sentinels: usize) -> Self {
+        let master = builders[0].start();
         let mut data = vec![master];
         let replicaof = data[0].port().to_string();
-        data.extend(
-            RedisServer::builder()
+        data.extend(builders[1..].iter().map(|b| {
+            b.clone()
                 .args(["--replicaof", "127.0.0.1", &replicaof])
-                .start_many(replicas),
-        );
+                .start()
+        }));
         let conf = tempfile::Builder::new()
             .prefix("distlock-sentinel-")
             .tempdir()

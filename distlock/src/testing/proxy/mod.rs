@@ -7,6 +7,8 @@
 
 mod frames;
 mod pump;
+#[cfg(test)]
+mod redirect_tests;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -157,9 +159,41 @@ impl FaultProxy {
         format!("redis://{}/", self.addr())
     }
 
-    /// The upstream server's address, as resolved at start.
+    /// The upstream server's address: as resolved at start, or the last
+    /// [`redirect`](Self::redirect)'s.
     pub fn upstream(&self) -> String {
-        self.shared.upstream.to_string()
+        self.shared.upstream().to_string()
+    }
+
+    /// Sends every connection's requests from now on to another server, `upstream`
+    /// (`"127.0.0.1:PORT"`), as if the server behind the address had been replaced while the
+    /// clients' connections stayed open: an open connection's next request goes to `upstream`
+    /// on a new connection of its own, and the answers the old server still owes come first;
+    /// new connections go there too. The new server knows nothing of the connection's past
+    /// (its `HELLO` protocol, `SELECT`ed database, name, subscriptions): it speaks RESP2
+    /// until told otherwise. A connection with nothing more to send stays on the old server.
+    /// The old connection is ended with a FIN once the next request went to the new server:
+    /// a server answers what it read before, except a command that blocks (`BLPOP`), which
+    /// it drops unanswered; the client then takes the next answer for it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::testing::{FaultProxy, TestServer};
+    ///
+    /// let (old, new) = (TestServer::start().await?, TestServer::start().await?);
+    /// let proxy = FaultProxy::in_front_of(&old)?;
+    /// let locks = distlock::Client::connect(&proxy.url()).await?;
+    /// // The lock is taken on `old`; from here on the same connection reaches `new`.
+    /// let guard = locks.lock("job:1").acquire().await?;
+    /// proxy.redirect(&new.addr())?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn redirect(&self, upstream: &str) -> io::Result<()> {
+        let upstream = upstream.to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "upstream resolves to nothing")
+        })?;
+        self.shared.redirect(upstream);
+        Ok(())
     }
 
     /// Loses each server-to-client chunk with `probability`: the chunk is
@@ -443,7 +477,7 @@ impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FaultProxy")
             .field("addr", &self.addr)
-            .field("upstream", &self.shared.upstream)
+            .field("upstream", &self.shared.upstream())
             .field("connections", &self.connections())
             .field("open_connections", &self.open_connections())
             .field("replies_dropped", &self.replies_dropped())

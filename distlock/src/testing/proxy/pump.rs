@@ -1,13 +1,13 @@
 //! The proxy thread's side: the accept loop, and per connection the relay of
 //! both directions chunk by chunk, with the faults applied, until it ends.
 
-use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -102,14 +102,16 @@ async fn serve(
 ) {
     let id = guard.id;
     let _ = client.set_nodelay(true);
+    // Before the address is read: a redirect from then on reaches this connection.
+    let redirects = shared.redirects.subscribe();
     // `biased` everywhere below: a pending reset wins over bytes that
     // arrived at the same time, so nothing is forwarded after reset_all.
     let connected = tokio::select! {
         biased;
         _ = reset.changed() => None,
-        upstream = TcpStream::connect(shared.upstream) => Some(upstream),
+        upstream = connect(&shared) => Some(upstream),
     };
-    let mut upstream = match connected {
+    let upstream = match connected {
         None => {
             shared.count_reset();
             abort(client);
@@ -123,12 +125,12 @@ async fn serve(
             return;
         }
     };
-    let _ = upstream.set_nodelay(true);
+    let upstream_fd = AtomicI32::new(upstream.as_raw_fd());
 
     let end = {
-        let relay = relay(&shared, id, &mut client, &mut upstream);
+        let relay = relay(&shared, id, &mut client, upstream, redirects, &upstream_fd);
         tokio::pin!(relay);
-        loop {
+        let end = loop {
             tokio::select! {
                 biased;
                 _ = reset.changed() => break End::Reset,
@@ -139,28 +141,71 @@ async fn serve(
                 }
                 end = &mut relay => break end,
             }
+        };
+        if matches!(end, End::Reset) {
+            // The relay, unfinished, still holds the upstream socket: closed with it, by a RST.
+            zero_linger(upstream_fd.load(Ordering::SeqCst));
         }
+        end
     };
     match end {
         End::Closed => {}
         End::Reset => {
             shared.count_reset();
             abort(client);
-            abort(upstream);
         }
         // Passes a peer's reset on instead of turning it into a clean close.
-        End::Failed => {
-            abort(client);
-            abort(upstream);
-        }
+        End::Failed => abort(client),
     }
 }
 
-async fn relay(shared: &Shared, id: u64, client: &mut TcpStream, upstream: &mut TcpStream) -> End {
+/// A connection to the upstream server of the moment.
+async fn connect(shared: &Shared) -> std::io::Result<TcpStream> {
+    let upstream = TcpStream::connect(shared.upstream()).await?;
+    let _ = upstream.set_nodelay(true);
+    Ok(upstream)
+}
+
+type Source<'a> = Box<dyn AsyncRead + Unpin + Send + 'a>;
+type Sink<'a> = Box<dyn AsyncWrite + Unpin + Send + 'a>;
+
+/// What a direction does when the proxy is redirected (`FaultProxy::redirect`): the requests'
+/// writer opens the new upstream connection and hands its reading half to the replies' reader,
+/// which takes it once the old one ended.
+enum Redirect {
+    /// The requests' writer: the redirects to watch, and where the new reading halves go.
+    Writer(watch::Receiver<u64>, mpsc::UnboundedSender<OwnedReadHalf>),
+    /// The replies' reader: the new reading halves.
+    Reader(mpsc::UnboundedReceiver<OwnedReadHalf>),
+}
+
+async fn relay(
+    shared: &Shared,
+    id: u64,
+    client: &mut TcpStream,
+    upstream: TcpStream,
+    redirects: watch::Receiver<u64>,
+    upstream_fd: &AtomicI32,
+) -> End {
     let (client_read, client_write) = client.split();
-    let (upstream_read, upstream_write) = upstream.split();
-    let to_server = pipe(shared, id, client_read, upstream_write, Direction::ToServer);
-    let to_client = pipe(shared, id, upstream_read, client_write, Direction::ToClient);
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let (handed, taken) = mpsc::unbounded_channel();
+    let to_server = pipe(
+        shared,
+        id,
+        Box::new(client_read),
+        Box::new(upstream_write),
+        Direction::ToServer,
+        (Redirect::Writer(redirects, handed), upstream_fd),
+    );
+    let to_client = pipe(
+        shared,
+        id,
+        Box::new(upstream_read),
+        Box::new(client_write),
+        Direction::ToClient,
+        (Redirect::Reader(taken), upstream_fd),
+    );
     match tokio::try_join!(to_server, to_client) {
         Ok(((), ())) => End::Closed,
         Err(end) => end,
@@ -174,12 +219,17 @@ async fn relay(shared: &Shared, id: u64, client: &mut TcpStream, upstream: &mut 
 async fn pipe(
     shared: &Shared,
     id: u64,
-    mut from: ReadHalf<'_>,
-    mut to: WriteHalf<'_>,
+    mut from: Source<'_>,
+    mut to: Sink<'_>,
     direction: Direction,
+    (redirect, upstream_fd): (Redirect, &AtomicI32),
 ) -> Result<(), End> {
     let (queue, mut queued) =
         mpsc::channel::<(Vec<u8>, Instant, Option<Duration>)>(IN_FLIGHT_CHUNKS);
+    let (mut redirects, mut taken) = match redirect {
+        Redirect::Writer(redirects, handed) => (Some((redirects, handed)), None),
+        Redirect::Reader(taken) => (None, Some(taken)),
+    };
     let read = async move {
         let mut buf = vec![0; CHUNK_SIZE];
         let mut recent = Vec::new();
@@ -188,6 +238,12 @@ async fn pipe(
             let n = from.read(&mut buf).await.map_err(|_| End::Failed)?;
             let read_at = Instant::now();
             if n == 0 {
+                // The old upstream's end after a redirect: its answers are all passed on,
+                // the new one's come next.
+                if let Some(next) = taken.as_mut().and_then(|t| t.try_recv().ok()) {
+                    from = Box::new(next);
+                    continue;
+                }
                 // Dropping the queue tells the writer to pass the EOF on.
                 return Ok(());
             }
@@ -225,6 +281,12 @@ async fn pipe(
                 }
                 chunk = shared.inject(&mut scanner, chunk);
             }
+            if let Some((redirects, handed)) = redirects.as_mut() {
+                if redirects.has_changed().unwrap_or(false) {
+                    redirects.mark_unchanged();
+                    to = redirected(shared, to, handed, upstream_fd).await?;
+                }
+            }
             to.write_all(&chunk).await.map_err(|_| End::Failed)?;
         }
         shared.while_frozen(id).await;
@@ -233,27 +295,55 @@ async fn pipe(
         let _ = to.shutdown().await;
         Ok(())
     };
-    tokio::try_join!(read, write).map(|((), ())| ())
+    let ended = tokio::try_join!(read, write).map(|((), ())| ());
+    if ended.is_err() {
+        // The other direction still holds the upstream socket: it closes with a RST.
+        zero_linger(upstream_fd.load(Ordering::SeqCst));
+    }
+    ended
 }
 
-/// Closes `stream` with a RST instead of a FIN, discarding unsent data.
-fn abort(stream: TcpStream) {
+/// Moves a connection's requests to the upstream server of the moment: opens a connection to
+/// it, hands its reading half to the replies' reader, and ends the old one's requests (a FIN:
+/// the old server answers what it got, then closes, which tells the reader to go on with
+/// the new one). Returns the new writing half.
+async fn redirected<'a>(
+    shared: &Shared,
+    mut old: Sink<'a>,
+    handed: &mpsc::UnboundedSender<OwnedReadHalf>,
+    upstream_fd: &AtomicI32,
+) -> Result<Sink<'a>, End> {
+    let upstream = connect(shared).await.map_err(|_| End::Failed)?;
+    upstream_fd.store(upstream.as_raw_fd(), Ordering::SeqCst);
+    let (read, write) = upstream.into_split();
+    handed.send(read).map_err(|_| End::Failed)?;
+    let _ = old.shutdown().await;
+    Ok(Box::new(write))
+}
+
+/// Makes the socket `fd` close with a RST (instead of a FIN) when it is closed.
+fn zero_linger(fd: RawFd) {
     // tokio's `set_linger` is deprecated and `set_zero_linger` needs a newer
     // tokio than the workspace asks for, hence the raw setsockopt.
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: the fd is open for the lifetime of `stream`, and the option
-    // value is a valid `linger` of the size passed.
+    // SAFETY: the callers pass the fd of a socket still open, and the option value is a
+    // valid `linger` of the size passed.
     unsafe {
         libc::setsockopt(
-            stream.as_raw_fd(),
+            fd,
             libc::SOL_SOCKET,
             libc::SO_LINGER,
             std::ptr::from_ref(&linger).cast(),
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         );
     }
+}
+
+/// Closes `stream` with a RST instead of a FIN, discarding unsent data.
+fn abort(stream: TcpStream) {
+    zero_linger(stream.as_raw_fd());
     drop(stream);
 }

@@ -25,7 +25,9 @@ pub(super) enum Direction {
 
 /// State shared between the handle and the proxy thread.
 pub(super) struct Shared {
-    pub(super) upstream: SocketAddr,
+    /// Where new upstream connections go; `redirects` is bumped when it changes.
+    upstream: Mutex<SocketAddr>,
+    pub(super) redirects: watch::Sender<u64>,
     /// An `f64` as bits.
     pub(super) drop_probability: AtomicU64,
     pub(super) drop_next: AtomicU64,
@@ -74,7 +76,8 @@ pub(super) struct Shared {
 impl Shared {
     pub(super) fn new(upstream: SocketAddr) -> Self {
         Self {
-            upstream,
+            upstream: Mutex::new(upstream),
+            redirects: watch::Sender::new(0),
             drop_probability: AtomicU64::new(0.0_f64.to_bits()),
             drop_next: AtomicU64::new(0),
             blackhole: AtomicBool::new(false),
@@ -100,6 +103,17 @@ impl Shared {
             pushes_injected: AtomicU64::new(0),
             drop_containing: Mutex::new(None),
         }
+    }
+
+    /// The upstream server of the moment.
+    pub(super) fn upstream(&self) -> SocketAddr {
+        *lock(&self.upstream)
+    }
+
+    /// Sends every connection's requests from now on to `upstream` (`FaultProxy::redirect`).
+    pub(super) fn redirect(&self, upstream: SocketAddr) {
+        *lock(&self.upstream) = upstream;
+        self.redirects.send_modify(|generation| *generation += 1);
     }
 
     /// Waits while connection `id` is frozen.

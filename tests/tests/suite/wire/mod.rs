@@ -24,6 +24,7 @@ const ATTRIBUTE: &[u8] = b"|1\r\n+key-popularity\r\n%1\r\n$1\r\na\r\n,0.19\r\n";
 
 mod decoder;
 mod hostile;
+mod own_answer;
 mod pushes;
 mod sockets;
 

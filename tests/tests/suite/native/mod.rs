@@ -1,6 +1,8 @@
 //! The setnx lease renewed with the server's own `SET .. IFEQ` where the server has it
 //! (Valkey 8.1, Redis 8.4) and with the script elsewhere, node by node: a quorum of servers of
-//! both kinds, and a server replaced on its port by one of the other kind.
+//! both kinds, and a server replaced on its port by one of the other kind; a native renewal
+//! refused as a syntax error sent again as the script (`fallback.rs`); a Sentinel failover
+//! from Redis 7.0 to Valkey 8.1 (`failover.rs`).
 //!
 //! These need a server with the command (the Valkey 8.1 binary `tests/matrix.sh` fetches into
 //! `target/servers/`, or `DISTLOCK_VALKEY_SERVER`) and one without (`redis-server` on `PATH`,
@@ -15,6 +17,10 @@ use distlock_testkit::wait_until_async;
 use distlock_testkit::RedisServer;
 
 use crate::common;
+use common::{has_set_ifeq, renewal_calls as renewals};
+
+mod failover;
+mod fallback;
 
 const EVENT_LIMIT: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(1);
@@ -52,22 +58,6 @@ fn scripts_binary() -> PathBuf {
         .map(|dir| dir.join("redis-server"))
         .find(|p| p.exists())
         .expect("redis-server on PATH")
-}
-
-fn has_set_ifeq(server: &RedisServer) -> bool {
-    let docs: redis::Value = redis::cmd("COMMAND")
-        .arg("DOCS")
-        .arg("SET")
-        .query(&mut server.connection())
-        .unwrap_or(redis::Value::Nil);
-    format!("{docs:?}").contains("\"IFEQ\"")
-}
-
-/// Renewals a server ran: native (`SET` calls) and scripted (`EVALSHA` and `EVAL` calls).
-fn renewals(server: &RedisServer) -> (u64, u64) {
-    let stats = server.commandstats();
-    let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
-    (calls("set"), calls("evalsha") + calls("eval"))
 }
 
 /// Waits until `server` ran `n` more of the kind of renewal it should run (native if it has
