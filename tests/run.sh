@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/setup.sh
-# The examples as users run them (examples/tests/crate_examples.rs runs each): `cargo test
+# The examples as users run them (examples/tests/crate_examples/ runs each): `cargo test
 # --all-targets` builds them only as test harnesses.
 cargo build --examples
 cargo test --all-targets "$@" -- --skip lost_reply_tier

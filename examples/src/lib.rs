@@ -1,7 +1,6 @@
 //! What the demos share: a `redis-server` of their own and a client on it; and the
 //! examples' application code, kept here so that their tests can run it in-process.
 
-pub mod accounts;
 pub mod fenced;
 
 use distlock::Client;

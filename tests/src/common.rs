@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::{Observer, RedisServer};
-use distlock::{Client, LockContext};
+use distlock::{Client, FencingToken, LockContext, LockRequest};
 
 /// The `contender` executable (`tests/src/bin/contender.rs`), which Cargo builds beside the
 /// integration tests of this package: `target/<profile>/contender`, next to the test's own
@@ -61,6 +61,49 @@ pub fn channel(name: &str) -> String {
 /// The lock's fencing counter.
 pub fn fence_key(name: &str) -> String {
     format!("distlock:#fence:{}", body(name))
+}
+
+/// A fencing counter far ahead of any a lock reaches on its own (their floor is the server's
+/// clock, in microseconds since the epoch: about 1.8e15 now).
+pub const FENCE_FAR_AHEAD: u64 = 4_000_000_000_000_000;
+
+/// Takes `request` fenced, at once, gives it back and returns its token.
+///
+/// # Panics
+/// If the lock is busy, or the hold has no token or cannot be given back.
+pub async fn fenced_token(request: LockRequest<'_>) -> FencingToken {
+    let guard = request.fencing(true).try_acquire().await.expect("free");
+    let token = guard.fencing_token().expect("a token");
+    guard.release().await.expect("release");
+    token
+}
+
+/// A fenced set's one token is above each of its names' tokens: `names[1]`'s counter is raised
+/// to [`FENCE_FAR_AHEAD`] through `conn` (a Cluster's routes it to the name's slot) and
+/// `names[0]` takes a token alone (`one`) before the set does (`set`), whose token must be
+/// above both. Returns the set's token.
+///
+/// # Panics
+/// If it is not above both, or as [`fenced_token`].
+pub async fn fenced_set_token<'c, C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    names: [&str; 2],
+    one: impl Fn(&str) -> LockRequest<'c>,
+    set: impl Fn([&str; 2]) -> LockRequest<'c>,
+) -> FencingToken {
+    let _: () = redis::cmd("SET")
+        .arg(fence_key(names[1]))
+        .arg(FENCE_FAR_AHEAD)
+        .query_async(conn)
+        .await
+        .expect("SET");
+    let before = fenced_token(one(names[0])).await;
+    let token = fenced_token(set(names)).await;
+    assert!(
+        token > before && token.get() > FENCE_FAR_AHEAD,
+        "the set's {token} after {before} and {FENCE_FAR_AHEAD}"
+    );
+    token
 }
 
 /// The setnx lock's waited-for mark.

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
-use crate::report::Results;
+use crate::results::Results;
 
 /// One panel: its caption, the figure, and how its values are shown.
 struct Panel {

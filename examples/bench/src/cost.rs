@@ -15,7 +15,7 @@ use std::time::Duration;
 use distlock_testkit::own_cpu_time;
 
 use crate::memory::allocations;
-use crate::report::{row, Fmt, RowSpec};
+use crate::results::{row, Fmt, RowSpec};
 use crate::scenarios::Metrics;
 
 /// Back-to-back reading pairs of the calibration; the median is kept.
@@ -120,7 +120,7 @@ impl Meter {
             meter.start().await?;
             pairs.push(meter.stop().await?);
         }
-        let median = |f: fn(&Costs) -> f64| crate::report::median(pairs.iter().map(f).collect());
+        let median = |f: fn(&Costs) -> f64| crate::results::median(pairs.iter().map(f).collect());
         meter.overhead = Costs {
             client_cpu_us: median(|c| c.client_cpu_us),
             server_cpu_us: median(|c| c.server_cpu_us),

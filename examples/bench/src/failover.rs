@@ -13,7 +13,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::columns::Kind;
-use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::Metrics;
 
 /// The hidden first argument that turns the binary into a leader.
@@ -134,7 +134,7 @@ pub async fn run(url: &str, name: &str, samples: [usize; 3]) -> Result<Metrics, 
             times.push(took.as_secs_f64());
         }
         times.sort_by(f64::total_cmp);
-        let median = crate::report::median(times.clone());
+        let median = crate::results::median(times.clone());
         let max = times.last().copied().unwrap_or(f64::NAN);
         metrics.insert(names[0], times.first().copied().unwrap_or(f64::NAN));
         metrics.insert(names[1], median);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use distlock_testkit::{cpu_time, own_cpu_time, RedisServer};
 
-use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, S6_LOCKS, S6_TTL, WAIT};
 
 /// Locks held in S6b and in S6q, and S6q's nodes.

@@ -29,7 +29,7 @@ use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::{Column, Kind, FENCED_ONLY};
 use crate::contended::Occupancy;
 use crate::cost::lock_commands;
-use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::Metrics;
 
 /// The hidden first arguments that turn the binary into the herd's holder, and into a

@@ -22,6 +22,7 @@ mod herd;
 mod memory;
 mod own_rounds;
 mod report;
+mod results;
 mod rounds;
 mod rwmix;
 mod s3x;
@@ -40,7 +41,7 @@ use columns::Kind;
 use deployments::{
     Deployments, SlotMap, CLUSTER_MASTERS, CLUSTER_NODE_TIMEOUT_MS, CLUSTER_REPLICAS,
 };
-use report::{ClusterMeta, Meta, Results};
+use results::{ClusterMeta, Meta, Results};
 use scenarios::{Plan, Scenario};
 
 const USAGE: &str = "usage: bench [--quick] [--rounds N] [--out DIR] [--only IDS] [--no-native]

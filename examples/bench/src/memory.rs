@@ -23,7 +23,7 @@ use distlock_testkit::RedisServer;
 use crate::child::{in_runtime, read_stdin_line, say, Child};
 use crate::columns::Kind;
 use crate::held::TASKS;
-use crate::report::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, S6_TTL};
 
 /// The hidden first argument that turns the binary into S11's child.

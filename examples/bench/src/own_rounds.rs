@@ -8,7 +8,7 @@ use distlock_testkit::RedisServer;
 
 use crate::columns::Kind;
 use crate::deployments::{Columns, Deployments};
-use crate::report::Results;
+use crate::results::Results;
 use crate::scenarios::{Plan, Scenario};
 use crate::{annotated, failover, held, herd, memory, s3x, semaphore};
 
@@ -17,7 +17,7 @@ pub async fn annotated(plan: &Plan, node: &RedisServer, round: usize, results: &
     let started = Instant::now();
     for kind in Kind::ALL {
         let cell = results.cell(Scenario::S5, kind);
-        if let Some(why) = kind.skips(Scenario::S5) {
+        if let Some(why) = Scenario::S5.skips(kind) {
             cell.na = Some(why.to_owned());
             continue;
         }
@@ -64,7 +64,7 @@ pub async fn two_processes(plan: &Plan, node: &RedisServer, round: usize, result
     let started = Instant::now();
     for i in 0..Kind::ALL.len() {
         let kind = Kind::ALL[(i + round) % Kind::ALL.len()];
-        if let Some(why) = kind.skips(Scenario::S3x) {
+        if let Some(why) = Scenario::S3x.skips(kind) {
             results.cell(Scenario::S3x, kind).na = Some(why.to_owned());
             continue;
         }

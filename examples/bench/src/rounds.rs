@@ -12,7 +12,7 @@ use crate::own_rounds::{
     annotated, at_scale, connect_semaphores, held_locks, leader_failover, semaphore_round,
     two_processes,
 };
-use crate::report::Results;
+use crate::results::Results;
 use crate::scenarios::{self, Entry, Metrics, Plan, Scenario};
 use crate::{contended, fenced_writes, rwmix, uncontended};
 
@@ -132,7 +132,7 @@ pub async fn run_all(
             // Rotate the starting column so no column always runs first (or last).
             for i in 0..columns.len() {
                 let (kind, column) = &columns[(i + round) % columns.len()];
-                if let Some(why) = kind.skips(scenario) {
+                if let Some(why) = scenario.skips(*kind) {
                     results.cell(scenario, *kind).na = Some(why.to_owned());
                     continue;
                 }
@@ -186,7 +186,7 @@ pub async fn run_all(
     }
     eprintln!("MONITOR pass");
     for (kind, column) in &single {
-        if kind.skips(Scenario::S3).is_some() {
+        if Scenario::S3.skips(*kind).is_some() {
             continue;
         }
         let cell = results.accounting.entry(kind.name()).or_default();

@@ -16,7 +16,7 @@ use distlock_testkit::RedisServer;
 
 use crate::columns::{BoxFut, Held, Kind, Release, FENCED_ONLY, TTL};
 use crate::cost::lock_commands;
-use crate::report::{absolute, row, Fmt, Results, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, Fmt, Results, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, Scenario, TurnOrder, WAIT};
 
 /// Tasks on the one name, and the holds.
@@ -406,7 +406,7 @@ pub const TARGETS: &[TargetSpec] = &[
         goal: "≥ 1.00× distributed-lock-redis (the peer's read/write lock)",
         source: Source::Issue,
         every_column: false,
-        judge: |r, k| crate::report::versus(r, k, Kind::DlRedis, "S12", "reads_per_s", 1.0, false),
+        judge: |r, k| crate::results::versus(r, k, Kind::DlRedis, "S12", "reads_per_s", 1.0, false),
         ahead: None,
     },
     TargetSpec {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::columns::Column;
+use crate::columns::{Column, Kind, FENCED_ONLY};
 
 /// Figures of one run by name, e.g. `p50_us`.
 pub type Metrics = BTreeMap<&'static str, f64>;
@@ -128,6 +128,16 @@ impl Scenario {
             Scenario::S13 => {
                 "S13 fenced write (distlock fenced) against the plain write (limit), Redis and PostgreSQL, 1 task"
             }
+        }
+    }
+
+    /// Why `kind`'s column does not run this scenario, if it does not: the fenced variant only
+    /// shows what fencing costs, on the uncontended and the many-keys paths.
+    pub fn skips(self, kind: Kind) -> Option<&'static str> {
+        match (kind, self) {
+            (Kind::DistlockFenced, Scenario::S1 | Scenario::S2 | Scenario::S4) => None,
+            (Kind::DistlockFenced, _) => Some(FENCED_ONLY),
+            _ => None,
         }
     }
 

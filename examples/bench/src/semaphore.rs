@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::columns::{BoxFut, Held, Kind, Release, FENCED_ONLY, TTL};
 use crate::contended::Occupancy;
-use crate::report::{absolute, row, versus_limit, Better, Fmt, RowSpec, Source, TargetSpec};
+use crate::results::{absolute, row, versus_limit, Better, Fmt, RowSpec, Source, TargetSpec};
 use crate::scenarios::{Metrics, TurnOrder, S2_SLICE, WAIT};
 
 /// Tasks contending for the permits, and the permits.

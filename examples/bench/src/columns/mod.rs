@@ -95,17 +95,6 @@ impl Kind {
         !self.ours() && self != Kind::Limit && self != Kind::DistlockFenced
     }
 
-    /// Why the column does not run `scenario`, if it does not: the fenced variant only shows
-    /// what fencing costs, on the uncontended and the many-keys paths.
-    pub fn skips(self, scenario: crate::scenarios::Scenario) -> Option<&'static str> {
-        use crate::scenarios::Scenario;
-        match (self, scenario) {
-            (Kind::DistlockFenced, Scenario::S1 | Scenario::S2 | Scenario::S4) => None,
-            (Kind::DistlockFenced, _) => Some(FENCED_ONLY),
-            _ => None,
-        }
-    }
-
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }

@@ -22,7 +22,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::columns::Kind;
 use crate::cost::Meter;
-use crate::report::Results;
+use crate::results::Results;
 use crate::scenarios::{micros, percentile, Metrics, Scenario, TurnOrder, SLICE_CYCLES};
 
 mod table;

@@ -1,129 +1,80 @@
 //! S13's rows of the table, its definitions and its columns' notes.
 
-use crate::report::{row, Fmt, RowSpec};
+use crate::results::{row, Fmt, RowSpec};
 
-/// The rows of one Redis write.
+/// The rows of one write (`$series`: its figures' prefix): its latency and its p50 over the
+/// plain write's, then what it cost the store, each `(label, figure, format)`.
+macro_rules! write_rows {
+    ($write:literal, $series:literal, $(($what:literal, $figure:literal, $fmt:ident)),*) => {
+        [
+            row(
+                "S13",
+                concat!($write, ": p50 µs / write"),
+                concat!($series, "_p50_us"),
+                Fmt::Micros,
+            ),
+            row(
+                "S13",
+                concat!($write, ": p99 µs / write"),
+                concat!($series, "_p99_us"),
+                Fmt::Micros,
+            ),
+            row(
+                "S13",
+                concat!($write, ": p50 ÷ plain's"),
+                concat!($series, "_p50_x_plain"),
+                Fmt::Ratio,
+            ),
+            $(row("S13", concat!($write, ": ", $what), concat!($series, "_", $figure), Fmt::$fmt),)*
+        ]
+    };
+}
+
+/// A Redis write's rows: its costs as `cost::Meter` reads them.
 macro_rules! redis_rows {
-    ($write:literal, $p50:literal, $p99:literal, $ratio:literal, $cmds:literal, $cpu:literal, $bytes:literal) => {
-        [
-            row(
-                "S13",
-                concat!($write, ": p50 µs / write"),
-                $p50,
-                Fmt::Micros,
+    ($write:literal, $series:literal) => {
+        write_rows!(
+            $write,
+            $series,
+            (
+                "server commands / write (commandstats, incl. Lua calls)",
+                "cmds",
+                Ratio
             ),
-            row(
-                "S13",
-                concat!($write, ": p99 µs / write"),
-                $p99,
-                Fmt::Micros,
+            (
+                "redis-server CPU µs / write (INFO cpu)",
+                "server_cpu_us",
+                Ratio
             ),
-            row(
-                "S13",
-                concat!($write, ": p50 ÷ plain's"),
-                $ratio,
-                Fmt::Ratio,
-            ),
-            row(
-                "S13",
-                concat!(
-                    $write,
-                    ": server commands / write (commandstats, incl. Lua calls)"
-                ),
-                $cmds,
-                Fmt::Ratio,
-            ),
-            row(
-                "S13",
-                concat!($write, ": redis-server CPU µs / write (INFO cpu)"),
-                $cpu,
-                Fmt::Ratio,
-            ),
-            row(
-                "S13",
-                concat!($write, ": bytes sent to the server / write"),
-                $bytes,
-                Fmt::Count,
-            ),
-        ]
+            ("bytes sent to the server / write", "in_bytes", Count)
+        )
     };
 }
 
-/// The rows of one PostgreSQL write.
+/// A PostgreSQL write's rows: its costs as `pg_stat_statements` gives them.
 macro_rules! postgres_rows {
-    ($write:literal, $p50:literal, $p99:literal, $ratio:literal, $statements:literal, $cpu:literal) => {
-        [
-            row(
-                "S13",
-                concat!($write, ": p50 µs / write"),
-                $p50,
-                Fmt::Micros,
+    ($write:literal, $series:literal) => {
+        write_rows!(
+            $write,
+            $series,
+            (
+                "statements / write (pg_stat_statements, incl. the trigger's)",
+                "statements",
+                Ratio
             ),
-            row(
-                "S13",
-                concat!($write, ": p99 µs / write"),
-                $p99,
-                Fmt::Micros,
-            ),
-            row(
-                "S13",
-                concat!($write, ": p50 ÷ plain's"),
-                $ratio,
-                Fmt::Ratio,
-            ),
-            row(
-                "S13",
-                concat!(
-                    $write,
-                    ": statements / write (pg_stat_statements, incl. the trigger's)"
-                ),
-                $statements,
-                Fmt::Ratio,
-            ),
-            row(
-                "S13",
-                concat!($write, ": execution µs / write (pg_stat_statements)"),
-                $cpu,
-                Fmt::Ratio,
-            ),
-        ]
+            (
+                "execution µs / write (pg_stat_statements)",
+                "exec_us",
+                Ratio
+            )
+        )
     };
 }
 
-const SET_ROWS: [RowSpec; 6] = redis_rows!(
-    "Redis SET",
-    "set_p50_us",
-    "set_p99_us",
-    "set_p50_x_plain",
-    "set_cmds",
-    "set_server_cpu_us",
-    "set_in_bytes"
-);
-const HINCRBY_ROWS: [RowSpec; 6] = redis_rows!(
-    "Redis HINCRBY",
-    "hincrby_p50_us",
-    "hincrby_p99_us",
-    "hincrby_p50_x_plain",
-    "hincrby_cmds",
-    "hincrby_server_cpu_us",
-    "hincrby_in_bytes"
-);
-const UPSERT_ROWS: [RowSpec; 5] = postgres_rows!(
-    "PostgreSQL upsert",
-    "upsert_p50_us",
-    "upsert_p99_us",
-    "upsert_p50_x_plain",
-    "upsert_statements",
-    "upsert_exec_us"
-);
-const UPDATE_ROWS: [RowSpec; 5] = postgres_rows!(
-    "PostgreSQL update",
-    "update_p50_us",
-    "update_p99_us",
-    "update_p50_x_plain",
-    "update_statements",
-    "update_exec_us"
-);
+const SET_ROWS: [RowSpec; 6] = redis_rows!("Redis SET", "set");
+const HINCRBY_ROWS: [RowSpec; 6] = redis_rows!("Redis HINCRBY", "hincrby");
+const UPSERT_ROWS: [RowSpec; 5] = postgres_rows!("PostgreSQL upsert", "upsert");
+const UPDATE_ROWS: [RowSpec; 5] = postgres_rows!("PostgreSQL update", "update");
 
 /// S13's rows of the table.
 pub fn rows() -> impl Iterator<Item = &'static RowSpec> {

@@ -3,9 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::targets::{Source, Target, Verdict};
-use super::{median, Results, ACCOUNTING};
 use crate::columns::Kind;
+use crate::results::{median, row, Fmt, Results, RowSpec, Source, Target, Verdict, ACCOUNTING};
 use crate::scenarios::Scenario;
 
 impl Results {
@@ -230,27 +229,6 @@ struct Row {
     target: String,
 }
 
-pub struct RowSpec {
-    scenario: &'static str,
-    label: &'static str,
-    metric: &'static str,
-    fmt: Fmt,
-}
-
-pub const fn row(
-    scenario: &'static str,
-    label: &'static str,
-    metric: &'static str,
-    fmt: Fmt,
-) -> RowSpec {
-    RowSpec {
-        scenario,
-        label,
-        metric,
-        fmt,
-    }
-}
-
 /// Every row: the ones here (S1's and S2's followed by their cost rows from `cost`), then
 /// the other modules' scenarios'.
 fn all_rows() -> impl Iterator<Item = &'static RowSpec> {
@@ -441,26 +419,6 @@ const ROWS: &[RowSpec] = &[
         Fmt::Ratio,
     ),
 ];
-
-#[derive(Clone, Copy)]
-pub enum Fmt {
-    Micros,
-    Rate,
-    Ratio,
-    Count,
-    Percent,
-}
-
-impl Fmt {
-    fn show(self, v: f64) -> String {
-        match self {
-            Fmt::Micros if v < 100.0 => format!("{v:.1}"),
-            Fmt::Micros | Fmt::Rate | Fmt::Count => format!("{v:.0}"),
-            Fmt::Ratio => format!("{v:.2}"),
-            Fmt::Percent => format!("{v:.1} %"),
-        }
-    }
-}
 
 const DEFINITIONS: &[&str] = &[
     "targets: tagged [issue] (the performance issue's list, in its order), [design.md] (a quality bar the issue does not restate), [correctness] (must hold for every column), [informational] or [issue 11, informational] (S1's p50 and S2's targets applied to S1c/S2c on the cluster; issue 11 asks for the figures, not for a bound); ratios are against the `limit` column of the same run (limit-quorum in S4, limit on the cluster in S1c/S2c). \"ahead of every peer\": distlock's figure is better than that of every peer crate in the table (lower µs, higher rates and fairness; a fairness of 1.00 counts as ahead even on a tie, as nothing beats it); a peer without the figure (n/a, or failed in every round) is named and left out.",

@@ -97,29 +97,15 @@ async fn a_cluster_takes_a_set_a_slot_at_a_time_and_gives_back_what_it_took() {
     set.release().await.expect("release");
     assert_eq!(cluster_values(&mut raw, &[first, last]).await, [None, None]);
 
-    // A fenced set: one token, the counters of both slots raised to it.
-    let ahead: u64 = 4_000_000_000_000_000;
-    let _: () = raw
-        .set(fence_key(last), ahead.to_string())
-        .await
-        .expect("SET");
-    let fenced = locks
-        .lock_many([first, last])
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    let token = fenced.fencing_token().expect("a token");
-    assert!(token.get() > ahead, "{token}");
-    fenced.release().await.expect("release");
-    let next = locks
-        .lock(first)
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    assert!(next.fencing_token().expect("a token") > token);
-    next.release().await.expect("release");
+    // A fenced set: one token, above each name's (the counter of the last slot far ahead).
+    let token = fenced_set_token(
+        &mut raw,
+        [first, last],
+        |name| locks.lock(name),
+        |names| locks.lock_many(names),
+    )
+    .await;
+    assert!(fenced_token(locks.lock(first)).await > token);
 
     // One slot lost under the guard loses the set.
     let set = locks

@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use common::{
-    as_other_owner, channel, client, fence_key, lock_key, run_contenders, subscribers, waited_key,
+    as_other_owner, channel, client, fence_key, fenced_set_token, fenced_token, lock_key,
+    run_contenders, subscribers, waited_key,
 };
 use distlock::{Client, Error, Guard};
 use distlock_testkit::{

@@ -92,39 +92,16 @@ async fn the_guard_is_held_only_while_every_name_is() {
 async fn a_fenced_set_has_one_token_above_each_names_tokens_before_and_after() {
     let server = RedisServer::start();
     let locks = client(&server).await;
-    // One name's counter far ahead of the others' (the clock floor keeps them near the
-    // server's microseconds).
     let mut conn = server.async_connection().await;
-    let ahead: u64 = 4_000_000_000_000_000;
-    let _: () = conn
-        .set(fence_key("f-b"), ahead.to_string())
-        .await
-        .expect("SET");
-    let a = locks
-        .lock("f-a")
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    let before = a.fencing_token().expect("a token");
-    a.release().await.expect("release");
-    let set = locks
-        .lock_many(["f-a", "f-b"])
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    let token = set.fencing_token().expect("a token");
-    assert!(token > before && token.get() > ahead, "{token}");
-    set.release().await.expect("release");
-    for name in ["f-a", "f-b"] {
-        let next = locks
-            .lock(name)
-            .fencing(true)
-            .try_acquire()
-            .await
-            .expect("free");
-        assert!(next.fencing_token().expect("a token") > token, "{name}");
-        next.release().await.expect("release");
+    let names = ["f-a", "f-b"];
+    let token = fenced_set_token(
+        &mut conn,
+        names,
+        |name| locks.lock(name),
+        |names| locks.lock_many(names),
+    )
+    .await;
+    for name in names {
+        assert!(fenced_token(locks.lock(name)).await > token, "{name}");
     }
 }

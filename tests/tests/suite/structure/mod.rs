@@ -1,22 +1,11 @@
 //! The runtime's structure, checked: one direction of dependency (a module imports only its own
-//! layer and those below). Over the whole workspace, no file over 600 lines and no import cycle
-//! between files (`files.rs`); the test binaries beside the suite are the ones `main.rs` lists
-//! (`binaries.rs`). The layers, lowest first (`ARCHITECTURE.md`
-//! says what each module owns; keep its table and `LAYERS` the same):
+//! layer and those below, the layers of `LAYERS`, lowest first). Over the whole workspace, no
+//! file over 600 lines and no import cycle between files (`files.rs`); the test binaries beside
+//! the suite are the ones `main.rs` lists (`binaries.rs`). `ARCHITECTURE.md` shows the layers
+//! as a table and says what each module owns; its table lists the modules of `LAYERS`, each in
+//! its layer (checked below).
 //!
-//! | layer | modules |
-//! |---|---|
-//! | leaves | error, mode, config, key, identity, context, telemetry, lease, sync, majority, tasks, token, guide |
-//! | wire | conn |
-//! | protocol | algorithm and the modes: setnx, reentrant, rwlock, semaphore, many; fenced (writes fenced by tokens) |
-//! | nodes | nodes (one node, the set of nodes, records, eviction, health) |
-//! | upkeep | watchdog, release |
-//! | local state | handoff, channels, notify, probe, holds, wait |
-//! | acquisition | runtime, lock, guard, lease_view |
-//! | facade | client, inspect, election, fenced |
-//! | support | private (`__private`), cli, fuzz, test_hooks, testing, the crate root, bin |
-//!
-//! Within a layer, modules import each other one way only. A module that is not in the table
+//! Within a layer, modules import each other one way only. A module that is not in `LAYERS`
 //! fails the test: each new one is placed on purpose.
 
 use std::collections::BTreeMap;
@@ -184,4 +173,56 @@ fn the_check_sees_an_upward_import() {
     assert_eq!(imports(&conn, tests), ["conn", "conn"]);
     assert!(imports(&conn, "// use crate::client::Client;\n/* crate::lock */").is_empty());
     assert!(layer("conn") < layer("client"));
+}
+
+/// The modules a row of ARCHITECTURE.md's layer table names: its backticked names, leaving out
+/// what is said of them in parentheses (`private` (`__private`, the macro support)).
+fn named_in_row(cell: &str) -> Vec<String> {
+    let mut outside = String::new();
+    let mut depth = 0;
+    for c in cell.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 => outside.push(c),
+            _ => {}
+        }
+    }
+    outside
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn architecture_md_shows_the_same_layers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ARCHITECTURE.md");
+    let text = std::fs::read_to_string(&path).expect("ARCHITECTURE.md");
+    let shown: Vec<(String, Vec<String>)> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("| layer | modules |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            (cells[0].to_owned(), named_in_row(cells[1]))
+        })
+        .collect();
+    let checked: Vec<(String, Vec<String>)> = LAYERS
+        .iter()
+        .map(|(layer, modules)| {
+            let modules = modules.iter().map(|m| m.to_string()).collect();
+            (layer.to_string(), modules)
+        })
+        .collect();
+    assert_eq!(
+        shown, checked,
+        "ARCHITECTURE.md's layer table against LAYERS"
+    );
+    assert_eq!(
+        named_in_row("`private` (`__private`, the macro support), `lib` (the crate root), `bin`"),
+        ["private", "lib", "bin"]
+    );
 }

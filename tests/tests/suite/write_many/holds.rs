@@ -126,62 +126,26 @@ async fn a_fenced_write_set_has_one_token_above_each_names() {
     let server = RedisServer::start();
     let locks = client(&server).await;
     let mut conn = server.async_connection().await;
-    let ahead: u64 = 4_000_000_000_000_000;
-    let _: () = conn
-        .set(fence_key("f-b"), ahead.to_string())
-        .await
-        .expect("SET");
-    let a = locks
-        .write("f-a")
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    let before = a.fencing_token().expect("a token");
-    a.release().await.expect("release");
-    let set = locks
-        .write_many(["f-a", "f-b"])
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
-    let token = set.fencing_token().expect("a token");
-    assert!(token > before && token.get() > ahead, "{token}");
-    set.release().await.expect("release");
-    let read = locks
-        .read("f-a")
-        .fencing(true)
-        .try_acquire()
-        .await
-        .expect("free");
+    let token = fenced_set_token(
+        &mut conn,
+        ["f-a", "f-b"],
+        |name| locks.write(name),
+        |names| locks.write_many(names),
+    )
+    .await;
     assert_eq!(
-        read.fencing_token(),
-        Some(token),
+        fenced_token(locks.read("f-a")).await,
+        token,
         "a read after the set sees its token"
     );
-    read.release().await.expect("release");
     let mut last = token;
     for name in ["f-a", "f-b", "f-a"] {
-        let next = locks
-            .write(name)
-            .fencing(true)
-            .try_acquire()
-            .await
-            .expect("free");
-        let t = next.fencing_token().expect("a token");
+        let t = fenced_token(locks.write(name)).await;
         assert!(t > last, "{name}: {t} after {last}");
         last = t;
-        next.release().await.expect("release");
-        let set = locks
-            .write_many(["f-a", "f-b"])
-            .fencing(true)
-            .try_acquire()
-            .await
-            .expect("free");
-        let t = set.fencing_token().expect("a token");
+        let t = fenced_token(locks.write_many(["f-a", "f-b"])).await;
         assert!(t > last, "the set after {name}");
         last = t;
-        set.release().await.expect("release");
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{as_other_owner, client, fence_key, intents_key, lock_key};
+use common::{as_other_owner, client, fenced_set_token, fenced_token, intents_key, lock_key};
 use distlock::{write_lock, Client, Error, LockMode};
 use distlock_testkit::{wait_until_async, FaultProxy, RedisServer, RedisServers};
 use redis::AsyncCommands;

@@ -1,46 +1,55 @@
 //! An axum service whose handlers lock per account: deposits are alone on their account, reads
-//! share it. The handlers' error is `distlock::HandlerError` (the `axum` feature): a lock error
-//! answers with distlock's HTTP mapping (409 busy, 503 + Retry-After when Redis is
-//! unreachable, 500 for a lost lease), with a body that names no lock or server.
+//! share it (`accounts.rs` is the store they guard, which is not atomic). The handlers' error
+//! is `distlock::HandlerError` (the `axum` feature): a lock error answers with distlock's HTTP
+//! mapping (409 busy, 503 + Retry-After when Redis is unreachable: in both the deposit did not
+//! run; 500 for a lease lost during a deposit, which may have been applied), with a body that
+//! names no lock or server.
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run -p distlock --features axum --example axum_service
 //! curl -X POST -H 'content-type: application/json' -d 5 http://127.0.0.1:3000/accounts/7/deposit
+//! curl http://127.0.0.1:3000/accounts/7
 //! ```
+//!
+//! `ADDR` sets where it listens (`127.0.0.1:0`: a free port); the first line it prints is
+//! `listening on http://<address>`. Run it twice against one Redis: the accounts' locks hold
+//! across both processes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod accounts;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use distlock::{read_lock, write_lock, Client, HandlerError};
 
+use accounts::{Account, Accounts};
+
 #[derive(Clone)]
 struct App {
     locks: Client,
-    // Stands in for a database shared by every instance of the service.
-    balances: Arc<Mutex<HashMap<u64, u64>>>,
+    accounts: Arc<Accounts>,
 }
 
-#[read_lock(key = "account:<id>", client = app.locks, wait = "2s")]
-async fn balance(State(app): State<App>, Path(id): Path<u64>) -> Result<Json<u64>, HandlerError> {
-    Ok(Json(
-        app.balances.lock().unwrap().get(&id).copied().unwrap_or(0),
-    ))
+/// `GET /accounts/{id}`: shared with other reads of the account, never with a deposit.
+#[read_lock(key = "account:<id>", client = app.locks, wait = "5s")]
+async fn balance(
+    State(app): State<App>,
+    Path(id): Path<u64>,
+) -> Result<Json<Account>, HandlerError> {
+    Ok(Json(app.accounts.read(id).await))
 }
 
-#[write_lock(key = "account:<id>", client = app.locks, wait = "2s")]
+/// `POST /accounts/{id}/deposit` with the amount as its body: alone on the account.
+#[write_lock(key = "account:<id>", client = app.locks, wait = "5s")]
 async fn deposit(
     State(app): State<App>,
     Path(id): Path<u64>,
     Json(amount): Json<u64>,
-) -> Result<Json<u64>, HandlerError> {
-    // A read-modify-write with an await in the middle, as a database round trip would be.
-    let before = app.balances.lock().unwrap().get(&id).copied().unwrap_or(0);
-    tokio::task::yield_now().await;
-    app.balances.lock().unwrap().insert(id, before + amount);
-    Ok(Json(before + amount))
+) -> Result<Json<Account>, HandlerError> {
+    Ok(Json(app.accounts.deposit(id, amount).await))
 }
 
 #[tokio::main]
@@ -50,7 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locks = Client::connect(&url).await?;
     let app = App {
         locks: locks.clone(),
-        balances: Arc::default(),
+        // Each call of the store takes 5 ms, as a database's round trip would.
+        accounts: Arc::new(Accounts::new(Duration::from_millis(5))),
     };
     let router = Router::new()
         .route("/accounts/{id}", get(balance))
@@ -64,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
     // Requests still waiting for a lock end with 503; held locks are given back.
-    let report = locks.shutdown(std::time::Duration::from_secs(5)).await;
+    let report = locks.shutdown(Duration::from_secs(5)).await;
     println!("stopped: {} locks released", report.released);
     Ok(())
 }

@@ -1,33 +1,31 @@
-//! The axum example against a real `redis-server`, over real HTTP on loopback: concurrent
-//! deposits into one account are all counted and every read sees a consistent account, while
-//! the same store operations run concurrently without the locks lose updates and show
-//! half-done deposits (so the first test could fail if the locks did not serialise).
+//! `axum_service` as a user runs it, against a real `redis-server`, over real HTTP on loopback:
+//! concurrent deposits into one account are all counted and every read sees a whole account,
+//! while the same store operations run concurrently without the locks lose deposits and show
+//! half-done ones (so the first test could fail if the locks did not serialise).
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::Client;
-use distlock_examples::accounts::{router, Account, Accounts, App};
 use distlock_testkit::RedisServer;
 use futures_util::future::join_all;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Barrier;
 
+use super::{interrupt, next_line, start};
+
+/// The example's own store, the file it compiles (not a copy), for the control below.
+#[path = "../../../distlock/examples/axum_service/accounts.rs"]
+mod accounts;
+
+use accounts::{Account, Accounts};
+
 /// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): the status and the body.
 /// The request is written only once `go` is passed, so a batch of requests arrives together.
-async fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    json: Option<&str>,
-    go: &Barrier,
-) -> (u16, String) {
+async fn http(addr: &str, method: &str, path: &str, body: &str, go: &Barrier) -> (u16, String) {
     let mut stream = TcpStream::connect(addr)
         .await
         .expect("connect to the service");
-    let body = json.unwrap_or("");
     let request = format!(
         "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
          content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -56,31 +54,41 @@ async fn http(
 }
 
 fn account(body: &str) -> Account {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not an account: {body:?}: {e}"))
+    let json: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON: {body:?}: {e}"));
+    let number = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("in {body:?}"));
+    Account {
+        balance: number(&json["balance"]),
+        deposits: json["deposits"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no deposits in {body:?}"))
+            .iter()
+            .map(number)
+            .collect(),
+    }
 }
 
-/// Serves the example's router on a free loopback port in this process.
-async fn serve(locks: Client, latency: Duration) -> String {
-    let app = App {
-        locks,
-        accounts: Arc::new(Accounts::new(latency)),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind a free port");
-    let addr = listener.local_addr().expect("address").to_string();
-    tokio::spawn(async move { axum::serve(listener, router(app)).await });
-    addr
+/// Whether the account's balance is the sum of its deposits: no deposit half done.
+fn whole(account: &Account) -> bool {
+    account.deposits.iter().sum::<u64>() == account.balance
 }
 
 const DEPOSITS: u64 = 16;
 const READS: usize = 16;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
+async fn concurrent_deposits_are_all_counted_and_reads_see_whole_accounts() {
     let server = RedisServer::start();
-    let locks = Client::connect(&server.url()).await.expect("connect");
-    let addr = serve(locks, Duration::from_millis(5)).await;
+    let env = [
+        ("REDIS_URL", server.url()),
+        ("ADDR", "127.0.0.1:0".to_owned()),
+    ];
+    let (service, mut out) = start("axum_service", &env);
+    let first = next_line(&mut out).await;
+    let addr = first
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
 
     // Every request is connected first and sent at once: 16 deposits into account 7 and 16
     // reads of it, all in flight together, each on its own connection.
@@ -89,15 +97,15 @@ async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
     for amount in 1..=DEPOSITS {
         let (addr, go) = (addr.clone(), go.clone());
         deposits.push(tokio::spawn(async move {
-            let body = format!("{{\"amount\":{amount}}}");
-            http(&addr, "POST", "/accounts/7/deposit", Some(&body), &go).await
+            let body = amount.to_string();
+            http(&addr, "POST", "/accounts/7/deposit", &body, &go).await
         }));
     }
     let mut reads = Vec::new();
     for _ in 0..READS {
         let (addr, go) = (addr.clone(), go.clone());
         reads.push(tokio::spawn(async move {
-            http(&addr, "GET", "/accounts/7", None, &go).await
+            http(&addr, "GET", "/accounts/7", "", &go).await
         }));
     }
 
@@ -106,7 +114,7 @@ async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
         let (status, body) = deposit.await.expect("task");
         assert_eq!(status, 200, "deposit failed: {body}");
         let after = account(&body);
-        assert!(after.is_consistent(), "a deposit returned {after:?}");
+        assert!(whole(&after), "a deposit returned {after:?}");
         balances_seen.push(after.balance);
     }
     // Serialised deposits each saw the previous one's result: all balances differ.
@@ -121,13 +129,11 @@ async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
         let (status, body) = read.await.expect("task");
         assert_eq!(status, 200, "read failed: {body}");
         let seen = account(&body);
-        assert!(
-            seen.is_consistent(),
-            "a read saw a half-done deposit: {seen:?}"
-        );
+        assert!(whole(&seen), "a read saw a half-done deposit: {seen:?}");
     }
 
-    let (status, body) = http(&addr, "GET", "/accounts/7", None, &Barrier::new(1)).await;
+    let one = Barrier::new(1);
+    let (status, body) = http(&addr, "GET", "/accounts/7", "", &one).await;
     assert_eq!(status, 200, "{body}");
     let last = account(&body);
     assert_eq!(
@@ -136,14 +142,22 @@ async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
         "lost deposits: {last:?}"
     );
     assert_eq!(last.deposits.len(), DEPOSITS as usize);
-    assert!(last.is_consistent());
-
+    assert!(whole(&last));
     // Another account was never touched.
-    let (_, body) = http(&addr, "GET", "/accounts/8", None, &Barrier::new(1)).await;
+    let (_, body) = http(&addr, "GET", "/accounts/8", "", &one).await;
     assert_eq!(account(&body), Account::default());
+
+    // The handlers locked through this Redis: the deposits' write locks are script calls.
+    let stats = server.commandstats();
+    let scripts =
+        stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0);
+    assert!(scripts > 0, "no lock was taken on the server: {stats:?}");
+
+    interrupt(service).await;
+    assert_eq!(next_line(&mut out).await, "stopped: 0 locks released");
 }
 
-/// The control: the handlers' store operations run concurrently without any lock lose
+/// The control: the example's store operations run concurrently without any lock lose
 /// deposits and show half-done ones. The test above passes only because the locks serialise.
 ///
 /// On one task with Tokio's clock paused, the interleaving is fixed: every deposit reads the
@@ -151,11 +165,11 @@ async fn concurrent_deposits_are_all_counted_and_reads_are_consistent() {
 /// 2.5 ms (still 0) and the deposits at 7.5 ms (all recorded, none counted).
 #[tokio::test(start_paused = true)]
 async fn without_the_locks_the_same_operations_lose_deposits() {
-    let latency = Duration::from_millis(5);
-    let accounts = Accounts::new(latency);
+    let round_trip = Duration::from_millis(5);
+    let accounts = Accounts::new(round_trip);
     let deposits = join_all((1..=DEPOSITS).map(|amount| accounts.deposit(7, amount)));
     let reads = join_all((0..READS).map(|_| async {
-        tokio::time::sleep(latency / 2).await;
+        tokio::time::sleep(round_trip / 2).await;
         accounts.read(7).await
     }));
     let (_, seen) = tokio::join!(deposits, reads);
@@ -166,56 +180,7 @@ async fn without_the_locks_the_same_operations_lose_deposits() {
     );
     assert_eq!(last.deposits.len(), DEPOSITS as usize);
     assert!(
-        seen.iter().all(|a| !a.is_consistent()),
+        seen.iter().all(|a| !whole(a)),
         "a read without a lock saw a consistent account: {seen:?}"
     );
-}
-
-/// The binary itself: given a Redis URL and port 0, it prints where it listens and answers.
-#[tokio::test]
-async fn the_binary_serves_locked_handlers() {
-    let server = RedisServer::start();
-    let mut service = tokio::process::Command::new(env!("CARGO_BIN_EXE_axum_service"))
-        .args(["--redis", &server.url(), "--port", "0", "--latency-ms", "1"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start axum_service");
-    let mut first = String::new();
-    BufReader::new(service.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .await
-        .expect("read the first line");
-    let addr = first
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_owned();
-
-    let one = Barrier::new(1);
-    let (status, body) = http(
-        &addr,
-        "POST",
-        "/accounts/1/deposit",
-        Some(r#"{"amount":42}"#),
-        &one,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = http(&addr, "GET", "/accounts/1", None, &one).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(
-        account(&body),
-        Account {
-            balance: 42,
-            deposits: vec![42]
-        }
-    );
-    // The handlers locked through this Redis: the deposit's write lock is a script call.
-    let stats = server.commandstats();
-    let scripts =
-        stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0);
-    assert!(scripts > 0, "no lock was taken on the server: {stats:?}");
-
-    service.kill().await.expect("stop the service");
 }

@@ -1,16 +1,18 @@
 //! The examples users find with `cargo run -p distlock --example <name>` (distlock/examples/),
-//! each run as a user would run it, against servers the test kit starts. `cargo test
-//! --all-targets` builds examples as test harnesses, not as the programs users run, so
-//! tests/run.sh builds them first (`cargo build --examples`); run
-//! alone, this test asks for that.
+//! each run as a user would run it, against servers the test kit starts; the axum service and
+//! the scheduled job in modules of their own. `cargo test --all-targets` builds examples as
+//! test harnesses, not as the programs users run, so tests/run.sh builds them first (`cargo
+//! build --examples`); run alone, this test asks for that.
+
+mod axum_service;
+mod scheduled_job;
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use distlock_testkit::{RedisServer, RedisServers};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
 /// How long an example may take to print what the test waits for: far more than it needs.
@@ -116,22 +118,6 @@ async fn quorum() {
 }
 
 #[tokio::test]
-async fn scheduled_job_runs_once_per_period_across_instances() {
-    let server = RedisServer::start();
-    let env = [("REDIS_URL", server.url())];
-    let (first, mut first_out) = start("scheduled_job", &env);
-    assert_eq!(next_line(&mut first_out).await, "ran the report");
-    // A second instance started within the period skips it.
-    let (second, mut second_out) = start("scheduled_job", &env);
-    assert_eq!(
-        next_line(&mut second_out).await,
-        "skipped: another instance has it"
-    );
-    interrupt(first).await;
-    interrupt(second).await;
-}
-
-#[tokio::test]
 async fn leader_runs_the_job_and_hands_over_when_stopped() {
     let server = RedisServer::start();
     let env = [("REDIS_URL", server.url())];
@@ -172,49 +158,4 @@ async fn leader_runs_the_job_and_hands_over_when_stopped() {
         format!("job: working as the leader of term {t2}")
     );
     interrupt(second).await;
-}
-
-#[tokio::test]
-async fn axum_service() {
-    let server = RedisServer::start();
-    let env = [
-        ("REDIS_URL", server.url()),
-        ("ADDR", "127.0.0.1:0".to_owned()),
-    ];
-    let (service, mut out) = start("axum_service", &env);
-    let first = next_line(&mut out).await;
-    let addr = first
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_owned();
-    assert_eq!(
-        http(&addr, "POST", "/accounts/7/deposit", "5").await,
-        (200, "5".into())
-    );
-    assert_eq!(
-        http(&addr, "POST", "/accounts/7/deposit", "3").await,
-        (200, "8".into())
-    );
-    assert_eq!(
-        http(&addr, "GET", "/accounts/7", "").await,
-        (200, "8".into())
-    );
-    interrupt(service).await;
-    assert_eq!(next_line(&mut out).await, "stopped: 0 locks released");
-}
-
-/// One HTTP/1.1 exchange on a fresh connection: the status and the body.
-async fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("receive");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a header");
-    let status = head.split_whitespace().nth(1).expect("a status");
-    (status.parse().expect("a number"), body.to_owned())
 }
