@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use distlock::testing::lock_state;
 use distlock::{Client, Error};
-use distlock_testkit::{FaultProxy, RedisServer, RedisServers};
+use distlock_testkit::{wait_until_async, FaultProxy, RedisServer, RedisServers};
 
 /// Fails the test, naming `what`, if `f` does not finish within 20 s: a call that hangs.
 async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -120,6 +120,17 @@ async fn a_silent_node_leaves_the_listing_to_the_majority() {
     urls[0] = proxy.url();
     let locks = quorum(urls).await;
     let guard = locks.lock("listed").try_acquire().await.expect("free");
+    // The guard's lock on both nodes that stay: a majority's answers grant it, and on a loaded
+    // machine one of those two may answer after the grant (its SET still lands); listed by a
+    // majority of what answers below only once it is there.
+    for server in [&servers[1], &servers[2]] {
+        let direct = Client::connect(&server.url()).await.expect("connect");
+        let on_node = wait_until_async(Duration::from_secs(10), || async {
+            direct.inspect("listed").await.is_ok_and(|info| info.is_held())
+        })
+        .await;
+        assert!(on_node, "the guard's lock never reached {}", server.addr());
+    }
     held_by_another(&servers[1], "leftover", "left-behind").await;
 
     proxy.blackhole(true);
