@@ -23,6 +23,7 @@ const INVALIDATE: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\ndistlock:{x}
 const ATTRIBUTE: &[u8] = b"|1\r\n+key-popularity\r\n%1\r\n$1\r\na\r\n,0.19\r\n";
 
 mod decoder;
+mod drip;
 mod hostile;
 mod pushes;
 mod sockets;
