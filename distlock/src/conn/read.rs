@@ -17,6 +17,8 @@ use tokio::net::TcpStream;
 /// bytes arriving just after the read still wake the reader. Elsewhere (a level-triggered
 /// `poll`), only a read that finds nothing clears it.
 pub(super) fn read_into(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+    // A read into no room answers 0, which would read as the end of the stream.
+    buf.reserve(1);
     let mut got = 0;
     let read = stream.try_io(Interest::READABLE, || {
         let room = buf.spare_capacity_mut();
