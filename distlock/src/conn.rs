@@ -20,6 +20,7 @@
 
 pub(crate) mod link;
 pub(crate) mod pack;
+mod read;
 pub(crate) mod resp;
 pub(crate) mod sentinel;
 mod subscriptions;

@@ -31,10 +31,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use redis::io::tcp::socket2::SockRef;
 use redis::{PushInfo, PushKind, Value};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
+use super::read::read_into;
 use super::resp::Decoder;
 use crate::sync::lock;
 
@@ -374,7 +376,7 @@ impl Wire {
             if until.is_some_and(|sequence| self.answered.load(Ordering::Acquire) > sequence) {
                 return Ok(());
             }
-            match self.stream.try_read_buf(decoder.buffer()) {
+            match read_into(&self.stream, decoder.buffer()) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof),
                 Ok(_) => {
                     self.reads.fetch_add(1, Ordering::AcqRel);
@@ -472,8 +474,7 @@ impl Wire {
             waiting.unwritten = 0;
             std::mem::take(&mut waiting.queue)
         };
-        let _ =
-            redis::io::tcp::socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Both);
+        let _ = SockRef::from(&self.stream).shutdown(std::net::Shutdown::Both);
         for answer in queue.into_iter().filter_map(|expected| expected.answer) {
             let _ = answer.send(Err(kind));
         }

@@ -3,8 +3,8 @@
 //! RESP3 pushes and attributes among the replies (injected by the proxy, and real ones aimed at
 //! the client's connections by another client's `CLIENT TRACKING .. REDIRECT`), a hostile
 //! server (a listener of the test's own that answers garbage), a socket closed with calls in
-//! flight, a caller parked mid-request; and the client's reply decoder against redis-rs's
-//! parser. A network gone silent and dropped subscription confirmations: silence.rs.
+//! flight, a caller parked mid-request, answers that arrive in pieces; and the client's reply
+//! decoder against redis-rs's parser. A network gone silent and dropped subscription confirmations: silence.rs.
 
 use crate::common;
 
@@ -23,6 +23,7 @@ const INVALIDATE: &[u8] = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\ndistlock:{x}
 const ATTRIBUTE: &[u8] = b"|1\r\n+key-popularity\r\n%1\r\n$1\r\na\r\n,0.19\r\n";
 
 mod decoder;
+mod drip;
 mod hostile;
 mod own_answer;
 mod pushes;
