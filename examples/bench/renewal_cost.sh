@@ -42,7 +42,8 @@ done
 
 # run BIN ROUNDS: the client's instruction total.
 run() {
-  valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$2" "$1" "${URLS[@]}" "$LEASES" "$2" >/dev/null 2>&1
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.$2" "$1" "${URLS[@]}" "$LEASES" "$2" >"$OUT/run.$2" 2>&1
+  grep -q "leases on" "$OUT/run.$2" || { echo "the run with $2 rounds failed:" >&2; cat "$OUT/run.$2" >&2; exit 1; }
   total "$OUT/cg.$2"
 }
 
@@ -54,6 +55,8 @@ for profile in $PROFILES; do
     cargo build --quiet -p distlock-bench --example renewal_cost
   fi
   bin="$TARGET/$profile/examples/renewal_cost"
-  per=$((($(run "$bin" "$R2") - $(run "$bin" "$R1")) / (LEASES * (R2 - R1))))
+  more=$(run "$bin" "$R2")
+  fewer=$(run "$bin" "$R1")
+  per=$(((more - fewer) / (LEASES * (R2 - R1))))
   printf '  %-8s %10s\n' "$profile" "$per"
 done

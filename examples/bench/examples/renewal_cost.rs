@@ -23,6 +23,8 @@ use distlock_testkit::{own_cpu_time, RedisServer};
 const TTL: Duration = Duration::from_secs(60);
 /// Acquisitions in flight at once while the leases are taken.
 const TAKING: usize = 64;
+/// Every timeout of the client.
+const SLOW: Duration = Duration::from_secs(10);
 /// Rounds at least this far apart, so that a lease's deadline tells which one renewed it.
 const GAP: Duration = Duration::from_millis(200);
 
@@ -47,16 +49,21 @@ async fn main() {
         Vec::new()
     };
     urls.extend(servers.iter().map(RedisServer::url));
-    let client = if urls.len() == 1 {
-        distlock::Client::connect(&urls[0]).await
+    // Timeouts that a run under valgrind (tens of times slower) does not reach.
+    let builder = if urls.len() == 1 {
+        distlock::Client::builder(&urls[0])
     } else {
         // The servers were just started: no restart to guard against.
         distlock::Client::quorum_builder(urls.iter().map(String::as_str))
             .restart_delay(Duration::ZERO)
-            .connect()
-            .await
-    }
-    .expect("connect");
+            .node_timeout(SLOW)
+    };
+    let client = builder
+        .connect_timeout(SLOW)
+        .response_timeout(SLOW)
+        .connect()
+        .await
+        .expect("connect");
 
     let mut guards = Vec::with_capacity(leases);
     for start in (0..leases).step_by(TAKING) {
