@@ -54,7 +54,9 @@ for profile in $PROFILES; do
   else
     cargo build --quiet -p distlock-bench --example renewal_cost
   fi
-  bin="$TARGET/$profile/examples/renewal_cost"
+  # A copy: a build meanwhile (another checkout sharing the target dir) may replace it.
+  bin="$OUT/renewal_cost.$profile"
+  cp "$TARGET/$profile/examples/renewal_cost" "$bin"
   more=$(run "$bin" "$R2")
   fewer=$(run "$bin" "$R1")
   per=$(((more - fewer) / (LEASES * (R2 - R1))))
