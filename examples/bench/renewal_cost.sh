@@ -49,14 +49,22 @@ run() {
 
 echo "instructions per lease renewal ($LEASES leases on $NODES node(s), $R2 - $R1 rounds):"
 for profile in $PROFILES; do
-  if [ "$profile" = release ]; then
-    cargo build --quiet --release -p distlock-bench --example renewal_cost
-  else
-    cargo build --quiet -p distlock-bench --example renewal_cost
-  fi
-  # A copy: a build meanwhile (another checkout sharing the target dir) may replace it.
   bin="$OUT/renewal_cost.$profile"
-  cp "$TARGET/$profile/examples/renewal_cost" "$bin"
+  if [ -n "${BIN:-}" ]; then
+    # A binary built elsewhere (a baseline); PROFILES then only labels it.
+    cp "$BIN" "$bin"
+  else
+    if [ "$profile" = release ]; then
+      cargo build --quiet --release -p distlock-bench --example renewal_cost
+    else
+      cargo build --quiet -p distlock-bench --example renewal_cost
+    fi
+    # A copy: a build meanwhile (another checkout sharing the target dir) may replace it.
+    cp "$TARGET/$profile/examples/renewal_cost" "$bin"
+  fi
+  # Once natively first: the servers then hold the scripts, and neither measured run pays for
+  # the first renewal's NOSCRIPT (every renewal again with the script's source).
+  "$bin" "${URLS[@]}" 100 1 >/dev/null
   more=$(run "$bin" "$R2")
   fewer=$(run "$bin" "$R1")
   per=$(((more - fewer) / (LEASES * (R2 - R1))))

@@ -280,7 +280,10 @@ fn renewals<'a>(
             let natively = native.get(i).copied().unwrap_or(false);
             match natively.then(|| native_extend(w.algorithm, &w.key, &w.id, w.ttl_ms)) {
                 Some(Some(command)) => Renewal::Native(command),
-                _ => Renewal::Script(w.algorithm.extend_call(&w.key, &w.id, w.ttl_ms, with_source)),
+                _ => Renewal::Script(
+                    w.algorithm
+                        .extend_call(&w.key, &w.id, w.ttl_ms, with_source),
+                ),
             }
         })
         .collect()
