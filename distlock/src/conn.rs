@@ -178,6 +178,30 @@ impl Conn {
         answer.extract_error()
     }
 
+    /// Sends `commands` as one pipeline and returns their answers, one per command, a
+    /// server's error in its command's place; fails only when the pipeline does. On
+    /// distlock's own connections the commands are packed straight into the bytes waiting to
+    /// be written; the others get them as a `redis::Pipeline`.
+    pub(crate) async fn send_each<C: Command + Sync>(
+        &mut self,
+        commands: &[C],
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Conn::Link(link) => {
+                let write = |out: &mut Vec<u8>| {
+                    for command in commands {
+                        pack::pack(out, command);
+                    }
+                };
+                Box::pin(link.call(write, commands.len())).await
+            }
+            other => {
+                let pipeline = pack::pipeline(commands);
+                Box::pin(other.req_packed_commands(&pipeline, 0, pipeline.len())).await
+            }
+        }
+    }
+
     /// `cmd`'s raw answer, the command kept in this future rather than in the caller's.
     async fn query_cmd(&mut self, cmd: Cmd) -> RedisResult<Value> {
         self.req_packed_command(&cmd).await

@@ -36,9 +36,28 @@ impl Majority {
 
     /// What a majority agrees on at least: of the values the agreeing nodes gave (at least
     /// a majority of them), the [`needed`](Self::needed)-th largest.
-    pub(crate) fn least_agreed<T: Ord + Copy>(self, values: &mut [T]) -> Option<T> {
-        values.sort_unstable_by(|a, b| b.cmp(a));
-        values.get(self.needed() - 1).copied()
+    pub(crate) fn least_agreed<T: Ord + Copy>(self, values: &[T]) -> Option<T> {
+        self.least_agreed_of(|| values.iter().copied())
+    }
+
+    /// [`least_agreed`](Self::least_agreed) of the values `values` yields (each time it is
+    /// called: the same ones), found without sorting or collecting them: the watchdog
+    /// judges a lease this way at every node's answer, and a node's worth of values is a few.
+    pub(crate) fn least_agreed_of<T: Ord, I: Iterator<Item = T>>(
+        self,
+        values: impl Fn() -> I,
+    ) -> Option<T> {
+        let needed = self.needed();
+        // The needed-th largest counting repeats: fewer than `needed` values lie above it,
+        // and at least `needed` at or above it.
+        values().find(|v| {
+            let (mut above, mut from) = (0, 0);
+            for w in values() {
+                above += usize::from(w > *v);
+                from += usize::from(w >= *v);
+            }
+            above < needed && from >= needed
+        })
     }
 }
 
@@ -54,7 +73,12 @@ mod tests {
             assert!(m.reached(needed) && !m.reached(needed - 1));
             assert!(m.out_of_reach(n - needed + 1) && !m.out_of_reach(n - needed));
         }
-        assert_eq!(Majority::of(3).least_agreed(&mut [5, 9, 7]), Some(7));
-        assert_eq!(Majority::of(3).least_agreed(&mut [5]), None);
+        assert_eq!(Majority::of(3).least_agreed(&[5, 9, 7]), Some(7));
+        assert_eq!(Majority::of(3).least_agreed(&[5]), None);
+        // Repeats count once each.
+        assert_eq!(Majority::of(3).least_agreed(&[9, 5, 9]), Some(9));
+        assert_eq!(Majority::of(5).least_agreed(&[1, 9, 4, 9, 4]), Some(4));
+        assert_eq!(Majority::of(5).least_agreed(&[1, 9, 4, 8]), Some(4));
+        assert_eq!(Majority::of(1).least_agreed(&[3]), Some(3));
     }
 }

@@ -236,13 +236,29 @@ impl Algorithm {
     /// The extension as a command: makes the lease last at least `ttl_ms` from now if the
     /// acquisition is still held.
     pub(crate) fn extend_cmd(&self, key: &LockKey, id: &HoldId, ttl_ms: u64) -> Cmd {
-        let names = key.members();
-        let keys = names.len() * (1 + self.helpers.len());
-        let bytes = keys * (key.lock().len() + 10) + id.owner.len() + id.nonce.len() + 16;
-        let mut cmd = evalsha(&self.extend, keys, keys + 3, bytes);
-        self.lock_keys(&mut cmd, names);
-        cmd.arg(&*id.owner).arg(ttl_ms).arg(&*id.nonce);
-        cmd
+        crate::conn::pack::to_cmd(&self.extend_call(key, id, ttl_ms, false))
+    }
+
+    /// The extension as a [`Command`], packed straight into a connection's output where it
+    /// can be (the watchdog's pipelines); `source`: as `EVAL` with the script's source, for a
+    /// server that answered `NOSCRIPT`.
+    pub(crate) fn extend_call<'a>(
+        &'a self,
+        key: &'a LockKey,
+        id: &'a HoldId,
+        ttl_ms: u64,
+        source: bool,
+    ) -> ScriptCall<'a, ExtendArgs<'a>> {
+        ScriptCall {
+            script: &self.extend,
+            source,
+            args: ExtendArgs {
+                algorithm: self,
+                key,
+                id,
+                ttl_ms,
+            },
+        }
     }
 
     /// Sends an [`extend_cmd`](Self::extend_cmd): the lease the server now holds, or `None`
@@ -313,6 +329,26 @@ impl Command for ReleaseArgs<'_> {
         for arg in &args[..sent] {
             out.push(&[arg]);
         }
+    }
+}
+
+/// An extension's `numkeys`, KEYS and ARGV (see the table above): each lock key and the
+/// mode's helpers; the owner, the ttl in ms, the nonce.
+pub(crate) struct ExtendArgs<'a> {
+    algorithm: &'a Algorithm,
+    key: &'a LockKey,
+    id: &'a HoldId,
+    ttl_ms: u64,
+}
+
+impl Command for ExtendArgs<'_> {
+    fn write(&self, out: &mut impl Args) {
+        let names = self.key.members();
+        out.push_int((names.len() * (1 + self.algorithm.helpers.len())) as u64);
+        self.algorithm.lock_keys(out, names);
+        out.push(&[self.id.owner.as_bytes()]);
+        out.push_int(self.ttl_ms);
+        out.push(&[self.id.nonce.as_bytes()]);
     }
 }
 

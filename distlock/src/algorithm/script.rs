@@ -77,7 +77,7 @@ pub(crate) fn with_body(script: &Lua, cmd: &Cmd) -> Cmd {
 pub(crate) struct ScriptCall<'a, A> {
     pub(crate) script: &'a Lua,
     pub(crate) source: bool,
-    pub(crate) args: &'a A,
+    pub(crate) args: A,
 }
 
 impl<A: Command> Command for ScriptCall<'_, A> {

@@ -3,7 +3,7 @@
 //! two buffers, then the copy into the output). The connections distlock does not write itself
 //! get the same arguments as a `Cmd` ([`to_cmd`]).
 
-use redis::{Cmd, RedisWrite};
+use redis::{Cmd, Pipeline, RedisWrite};
 
 /// Where a command's arguments go: RESP bytes, a count, or a `redis::Cmd`.
 pub(crate) trait Args {
@@ -31,6 +31,12 @@ pub(crate) trait Args {
 /// then written), so it must write the same arguments every time.
 pub(crate) trait Command {
     fn write(&self, args: &mut impl Args);
+}
+
+impl<C: Command> Command for &C {
+    fn write(&self, args: &mut impl Args) {
+        (**self).write(args);
+    }
 }
 
 /// `n` in decimal at the end of `digits`; returns where it starts.
@@ -140,9 +146,20 @@ pub(crate) fn pack(out: &mut Vec<u8>, command: &impl Command) {
 
 /// `command` as a `redis::Cmd`.
 pub(crate) fn to_cmd(command: &impl Command) -> Cmd {
-    let mut cmd = Cmd::new();
+    let mut count = Count::default();
+    command.write(&mut count);
+    let mut cmd = Cmd::with_capacity(count.args, count.bytes);
     command.write(&mut cmd);
     cmd
+}
+
+/// `commands` as a `redis::Pipeline`, for the connections distlock does not write itself.
+pub(crate) fn pipeline(commands: &[impl Command]) -> Pipeline {
+    let mut pipeline = Pipeline::with_capacity(commands.len());
+    for command in commands {
+        pipeline.add_command(to_cmd(command));
+    }
+    pipeline
 }
 
 #[cfg(test)]

@@ -81,8 +81,8 @@ impl<T> Agreed<'_, T> {
     /// What the agreeing majority reads at least of a value (a lease, a counter): see
     /// [`Majority::least_agreed`]. `None` when the nodes do not all give one.
     pub(crate) fn least<V: Ord + Copy>(&self, value: impl Fn(&T) -> V) -> Option<V> {
-        let mut values: Vec<V> = self.answers.iter().map(|(_, a)| value(a)).collect();
-        self.majority.least_agreed(&mut values)
+        self.majority
+            .least_agreed_of(|| self.answers.iter().map(|(_, a)| value(a)))
     }
 }
 

@@ -438,7 +438,7 @@ impl Nodes {
             }
         }
         finish_in_background(&self.tasks, answers);
-        if let Some(lease) = self.majority.least_agreed(&mut yes) {
+        if let Some(lease) = self.majority.least_agreed(&yes) {
             return Ok(Some(lease));
         }
         if self.majority.out_of_reach(no) {

@@ -13,7 +13,9 @@ mod native;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use native::{native_answer, native_extend_cmd, renews_natively, NativeAnswer};
+pub(crate) use native::{
+    native_answer, native_extend, renews_natively, NativeAnswer, NativeExtend,
+};
 
 /// The exclusive, non-reentrant lock.
 pub(crate) static SETNX: LazyLock<Algorithm> = LazyLock::new(|| Algorithm {

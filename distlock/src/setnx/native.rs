@@ -15,10 +15,11 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Value;
 
 use super::SETNX;
 use crate::algorithm::{Algorithm, HoldId};
+use crate::conn::{Args, Command};
 use crate::key::LockKey;
 
 /// What a server said to a native renewal.
@@ -42,28 +43,38 @@ pub(crate) fn renews_natively(algorithm: &Algorithm, key: &LockKey) -> bool {
 }
 
 /// The native renewal of `key`'s lease for `ttl_ms`, or `None` when `algorithm` is not the
-/// setnx lock (the other modes' holds are not a plain value).
-pub(crate) fn native_extend_cmd(
+/// setnx lock of one name (the other modes' holds are not a plain value).
+pub(crate) fn native_extend<'a>(
     algorithm: &Algorithm,
-    key: &LockKey,
-    id: &HoldId,
+    key: &'a LockKey,
+    id: &'a HoldId,
     ttl_ms: u64,
-) -> Option<Cmd> {
-    if !renews_natively(algorithm, key) {
-        return None;
-    }
-    let mut cmd = Cmd::with_capacity(7, key.lock().len() + 2 * id.owner.len() + 32);
-    cmd.arg("SET")
-        .arg(key.lock())
-        .arg(&*id.owner)
-        .arg("IFEQ")
-        .arg(&*id.owner)
-        .arg("PX")
-        .arg(ttl_ms);
-    Some(cmd)
+) -> Option<NativeExtend<'a>> {
+    renews_natively(algorithm, key).then_some(NativeExtend { key, id, ttl_ms })
 }
 
-/// Reads a server's answer to [`native_extend_cmd`].
+/// `SET key token IFEQ token PX ttl`, as a [`Command`] packed straight into a connection's
+/// output where it can be.
+pub(crate) struct NativeExtend<'a> {
+    key: &'a LockKey,
+    id: &'a HoldId,
+    ttl_ms: u64,
+}
+
+impl Command for NativeExtend<'_> {
+    fn write(&self, out: &mut impl Args) {
+        let token = self.id.owner.as_bytes();
+        out.push(&[b"SET"]);
+        out.push(&[self.key.lock()]);
+        out.push(&[token]);
+        out.push(&[b"IFEQ"]);
+        out.push(&[token]);
+        out.push(&[b"PX"]);
+        out.push_int(self.ttl_ms);
+    }
+}
+
+/// Reads a server's answer to a [`NativeExtend`].
 pub(crate) fn native_answer(value: &Value, ttl_ms: u64) -> NativeAnswer {
     match value {
         Value::Okay => NativeAnswer::Renewed(Duration::from_millis(ttl_ms)),
@@ -129,7 +140,8 @@ mod tests {
             holder: Arc::from(""),
             lane: 0,
         };
-        let cmd = native_extend_cmd(&SETNX, &key, &id, 3_000).expect("setnx");
+        let native = native_extend(&SETNX, &key, &id, 3_000).expect("setnx");
+        let cmd = crate::conn::pack::to_cmd(&native);
         let args: Vec<Vec<u8>> = cmd
             .args_iter()
             .map(|a| match a {
@@ -147,6 +159,6 @@ mod tests {
             b"3000",
         ];
         assert_eq!(args, expected.map(<[u8]>::to_vec));
-        assert!(native_extend_cmd(&crate::reentrant::REENTRANT, &key, &id, 3_000).is_none());
+        assert!(native_extend(&crate::reentrant::REENTRANT, &key, &id, 3_000).is_none());
     }
 }

@@ -134,3 +134,43 @@ fn commands_packed_directly_match_their_cmd() {
         );
     }
 }
+
+/// The watchdog's renewals, packed straight into a connection's output, are the bytes of the
+/// commands the other connections get: the extend script (by hash and, for a server that
+/// lacks it, with its source) and the native `SET .. IFEQ`.
+#[test]
+fn renewals_packed_directly_match_their_cmd() {
+    use crate::conn::pack::{pack, pipeline, to_cmd};
+    let setnx = &super::SETNX;
+    let key = LockKey::new("p", b"k", 64).unwrap();
+    let id = id("n");
+    let mut expected = redis::cmd("EVALSHA");
+    expected
+        .arg(setnx.extend.get_hash())
+        .arg(1)
+        .arg(key.lock())
+        .arg("t0k3n")
+        .arg(1000)
+        .arg("n");
+    let cmd = setnx.extend_cmd(&key, &id, 1000);
+    assert_eq!(cmd.get_packed_command(), expected.get_packed_command());
+    for source in [false, true] {
+        let call = setnx.extend_call(&key, &id, 1000, source);
+        let mut out = Vec::new();
+        pack(&mut out, &call);
+        assert_eq!(out, to_cmd(&call).get_packed_command(), "source {source}");
+    }
+    let native = super::native_extend(setnx, &key, &id, 1000).expect("setnx");
+    let mut out = Vec::new();
+    pack(&mut out, &native);
+    assert_eq!(out, to_cmd(&native).get_packed_command());
+    let calls = [
+        setnx.extend_call(&key, &id, 1000, false),
+        setnx.extend_call(&key, &id, 2000, true),
+    ];
+    let mut out = Vec::new();
+    for call in &calls {
+        pack(&mut out, call);
+    }
+    assert_eq!(out, pipeline(&calls).get_packed_pipeline());
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{answer, renewals, Due, NodeReplies};
 use crate::algorithm::pipeline_with_scripts;
+use crate::conn::pack::pipeline;
 use crate::conn::{Conn, SlotOwners};
 use crate::nodes::extend_groups;
 
@@ -37,11 +38,11 @@ pub(super) async fn renew(
     let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
     let mut spanning = Vec::new();
     for (i, d) in chunk.iter().enumerate() {
-        if let Some(slots) = d.key.slot_groups() {
+        if let Some(slots) = d.watch.key.slot_groups() {
             spanning.push((i, slots));
             continue;
         }
-        let slot = d.key.slot();
+        let slot = d.watch.key.slot();
         let target = match map.owner(slot) {
             Some((host, port)) => Target::Master(host.to_owned(), port),
             None => Target::Slot(slot),
@@ -54,7 +55,7 @@ pub(super) async fn renew(
     let misrouted = &misrouted;
     let per_group = groups.into_iter().map(|(target, indices)| async move {
         let sent = pipeline_with_scripts(&indices, |indices, with_source| {
-            let pipe = renewals(chunk, &indices, with_source, &[]);
+            let pipe = pipeline(&renewals(chunk, &indices, with_source, &[]));
             let mut conn = conn.clone();
             let target = &target;
             async move {
@@ -77,8 +78,8 @@ pub(super) async fn renew(
                 let answer = match value {
                     redis::Value::ServerError(_) => {
                         misrouted.store(true, Ordering::Relaxed);
-                        let d = &chunk[i];
-                        let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
+                        let d = &chunk[i].watch;
+                        let cmd = d.algorithm.extend_cmd(&d.key, &d.id, d.ttl_ms);
                         d.algorithm.send_extend(&mut conn, &d.key, &cmd).await.ok()
                     }
                     value => answer(value),
@@ -89,8 +90,8 @@ pub(super) async fn renew(
         futures_util::future::join_all(answers).await
     });
     let sets = spanning.into_iter().map(|(i, slots)| async move {
-        let d = &chunk[i];
-        let renewed = extend_groups(conn, d.algorithm, slots, &d.hold, d.ttl_ms).await;
+        let d = &chunk[i].watch;
+        let renewed = extend_groups(conn, d.algorithm, slots, &d.id, d.ttl_ms).await;
         vec![(i, renewed.ok())]
     });
     let mut replies = vec![None; chunk.len()];

@@ -36,12 +36,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::algorithm::{renewed_lease, with_body, Algorithm, HoldId};
-use crate::conn::SlotOwners;
+use crate::algorithm::{renewed_lease, Algorithm, ExtendArgs, HoldId, ScriptCall};
+use crate::conn::{Args, Command, SlotOwners};
 use crate::key::LockKey;
 use crate::lease::LeaseState;
 use crate::nodes::Nodes;
-use crate::setnx::native_extend_cmd;
+use crate::setnx::{native_extend, NativeExtend};
 use crate::sync::lock;
 use table::Table;
 
@@ -182,15 +182,11 @@ impl Watchdog {
     }
 }
 
-/// One renewal in a pipeline.
+/// One renewal in a pipeline: the table's lease (shared, so that taking a chunk copies no
+/// key or owner).
 struct Due {
     id: u64,
-    algorithm: &'static Algorithm,
-    key: LockKey,
-    hold: HoldId,
-    ttl_ms: u64,
-    /// Whether it may go as the server's native command (see `lease::native`).
-    lease: Arc<LeaseState>,
+    watch: Arc<Watch>,
 }
 
 /// What one node said to a chunk: per lease, renewed (with the lease it now holds) or refused
@@ -251,31 +247,44 @@ fn answer(value: redis::Value) -> Option<Option<Duration>> {
     }
 }
 
-/// The renewals of `chunk` at `indices`, as one pipeline: as the server's native command
-/// where `native[i]` says so (see `setnx::native_extend_cmd`), else the extend script;
+/// One renewal as sent: the server's native command, or the extend script.
+enum Renewal<'a> {
+    Native(NativeExtend<'a>),
+    Script(ScriptCall<'a, ExtendArgs<'a>>),
+}
+
+impl Command for Renewal<'_> {
+    fn write(&self, out: &mut impl Args) {
+        match self {
+            Renewal::Native(native) => native.write(out),
+            Renewal::Script(call) => call.write(out),
+        }
+    }
+}
+
+/// The renewals of `chunk` at `indices`, for one pipeline: as the server's native command
+/// where `native[i]` says so (see `setnx::native_extend`), else the extend script;
 /// `with_source`: each script as `EVAL` with its source, for a server that answered
 /// `NOSCRIPT` (see `algorithm::script`).
-fn renewals(
-    chunk: &[Due],
+fn renewals<'a>(
+    chunk: &'a [Due],
     indices: &[usize],
     with_source: bool,
     native: &[bool],
-) -> redis::Pipeline {
-    let mut pipe = redis::Pipeline::with_capacity(indices.len());
-    for &i in indices {
-        let d = &chunk[i];
-        if native.get(i).copied().unwrap_or(false) {
-            if let Some(cmd) = native_extend_cmd(d.algorithm, &d.key, &d.hold, d.ttl_ms) {
-                pipe.add_command(cmd);
-                continue;
+) -> Vec<Renewal<'a>> {
+    indices
+        .iter()
+        .map(|&i| {
+            let d = &chunk[i];
+            let w = &*d.watch;
+            let natively = native.get(i).copied().unwrap_or(false);
+            match natively.then(|| native_extend(w.algorithm, &w.key, &w.id, w.ttl_ms)) {
+                Some(Some(command)) => Renewal::Native(command),
+                _ => Renewal::Script(
+                    w.algorithm
+                        .extend_call(&w.key, &w.id, w.ttl_ms, with_source),
+                ),
             }
-        }
-        let cmd = d.algorithm.extend_cmd(&d.key, &d.hold, d.ttl_ms);
-        pipe.add_command(if with_source {
-            with_body(&d.algorithm.extend, &cmd)
-        } else {
-            cmd
-        });
-    }
-    pipe
+        })
+        .collect()
 }

@@ -70,7 +70,7 @@ pub(super) async fn sender(shared: &Shared, nodes: &Nodes, i: usize) {
 /// Sends one chunk to a node; returns it with when it was sent and the node's answers.
 async fn send(shared: &Shared, node: &Node, chunk: Vec<Due>) -> (Vec<Due>, Instant, NodeReplies) {
     let sent = Instant::now();
-    let longest = chunk.iter().map(|d| d.ttl_ms).max().unwrap_or(0);
+    let longest = chunk.iter().map(|d| d.watch.ttl_ms).max().unwrap_or(0);
     let worth_until = crate::lease::after(sent, Duration::from_millis(longest));
     let replies = if node.trusted() {
         tokio::time::timeout_at(worth_until.into(), renew(shared, node, &chunk))
@@ -95,7 +95,10 @@ async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
     let native: Vec<bool> = if node.native.has_set_ifeq(&node.conn).await {
         chunk
             .iter()
-            .map(|d| renews_natively(d.algorithm, &d.key) && d.lease.native.begin())
+            .map(|d| {
+                let w = &d.watch;
+                renews_natively(w.algorithm, &w.key) && w.lease.native.begin()
+            })
             .collect()
     } else {
         Vec::new()
@@ -112,8 +115,9 @@ async fn renew(shared: &Shared, node: &Node, chunk: &[Due]) -> NodeReplies {
             continue;
         }
         // Answered: it ran (or was refused) before anything sent after it.
-        chunk[i].lease.native.end();
-        replies.push(match native_answer(&value, chunk[i].ttl_ms) {
+        let w = &chunk[i].watch;
+        w.lease.native.end();
+        replies.push(match native_answer(&value, w.ttl_ms) {
             NativeAnswer::Renewed(lease) => Some(Some(lease)),
             NativeAnswer::Refused => Some(None),
             NativeAnswer::Failed => None,
@@ -150,9 +154,7 @@ async fn send_pipelines(
         let mut conn = node.conn.clone();
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
         async move {
-            renewals(chunk, &indices, with_source, native)
-                .ignore_errors()
-                .query_async::<Vec<Value>>(&mut conn)
+            conn.send_each(&renewals(chunk, &indices, with_source, native))
                 .await
         }
     })

@@ -1,8 +1,8 @@
 //! The table of held leases: what each node said about each, the nodes' queues of renewals
 //! (most urgent first), and the judgement of a lease by its nodes' answers.
 
-use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Due, NodeReplies, Watch, CHUNK};
@@ -10,7 +10,7 @@ use crate::lease::valid_until;
 use crate::majority::Majority;
 
 struct Entry {
-    watch: Watch,
+    watch: Arc<Watch>,
     due: Instant,
     /// The renewal in progress, if one is.
     round: Option<Round>,
@@ -131,7 +131,7 @@ impl Table {
         let due = sent + watch.period;
         let entry = Entry {
             ends: valid_until(sent, Duration::from_millis(watch.ttl_ms)),
-            watch,
+            watch: Arc::new(watch),
             due,
             round: None,
             on: PerNode::new(self.queues.len()),
@@ -243,11 +243,7 @@ impl Table {
             on.in_flight = true;
             chunk.push(Due {
                 id,
-                algorithm: e.watch.algorithm,
-                key: e.watch.key.clone(),
-                hold: e.watch.id.clone(),
-                ttl_ms: e.watch.ttl_ms,
-                lease: e.watch.lease.clone(),
+                watch: e.watch.clone(),
             });
         }
         chunk
@@ -313,15 +309,14 @@ impl Entry {
             self.watch.lease.declare_lost();
             return false;
         }
-        let mut proofs: Vec<(Instant, Duration)> = self
-            .on
-            .iter()
-            .filter(|on| !on.refused)
-            .filter_map(|on| on.proof)
-            .collect();
-        if majority.reached(proofs.len()) {
-            proofs.sort_unstable_by_key(|&(sent, lease)| Reverse(valid_until(sent, lease)));
-            let (mut sent, mut lease) = proofs[majority.needed() - 1];
+        let proofs = || {
+            self.on
+                .iter()
+                .filter(|on| !on.refused)
+                .filter_map(|on| on.proof)
+                .map(|(sent, lease)| (valid_until(sent, lease), sent, lease))
+        };
+        if let Some((_, mut sent, mut lease)) = majority.least_agreed_of(proofs) {
             if let Some(basis) = self.basis.filter(|&basis| sent < basis) {
                 // The majority's end went back (a node that proved a later one refused since):
                 // the lease keeps to the latest-sent renewal it was given, so give it this end
@@ -362,7 +357,6 @@ mod tests {
     use crate::key::LockKey;
     use crate::lease::{LeaseState, Stamp};
     use crate::telemetry::Labels;
-    use std::sync::Arc;
 
     const TTL: Duration = Duration::from_secs(6);
 
@@ -393,7 +387,7 @@ mod tests {
     /// A lease on `nodes` nodes granted by a request sent at `t`.
     fn entry(nodes: usize, t: Instant) -> Entry {
         Entry {
-            watch: watch(t),
+            watch: Arc::new(watch(t)),
             due: t + TTL / 3,
             round: None,
             on: PerNode::new(nodes),
