@@ -126,7 +126,10 @@ async fn a_silent_node_leaves_the_listing_to_the_majority() {
     for server in [&servers[1], &servers[2]] {
         let direct = Client::connect(&server.url()).await.expect("connect");
         let on_node = wait_until_async(Duration::from_secs(10), || async {
-            direct.inspect("listed").await.is_ok_and(|info| info.is_held())
+            direct
+                .inspect("listed")
+                .await
+                .is_ok_and(|info| info.is_held())
         })
         .await;
         assert!(on_node, "the guard's lock never reached {}", server.addr());
