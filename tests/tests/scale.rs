@@ -210,10 +210,11 @@ async fn scale_leases_at_ttl_3s_on_one_node_beside_busy_processes() {
 }
 
 /// Leases the loaded quorum case holds: 20,000 in an optimised build (60,000 renewals a
-/// second). A debug build's client spends 10-15 us of CPU per renewal: 60,000 a second took
+/// second). A debug build's client spends several times a release build's CPU on each
+/// renewal (examples/bench/RESULTS.md, "Client CPU per renewal"): in CI, 60,000 a second took
 /// 58 % of a core beside the busy processes, the whole of its share on a 2-core machine, and
-/// lost leases when anything else ran; it holds 10,000 (30,000 renewals a second, still more
-/// than the single-node debug case's 20,000).
+/// 232 leases were lost; it holds 10,000 (30,000 renewals a second, still more than the
+/// single-node debug case's 20,000).
 const QUORUM_BUSY_LEASES: usize = if cfg!(debug_assertions) {
     10_000
 } else {
