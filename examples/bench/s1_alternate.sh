@@ -46,7 +46,7 @@ for run in $(seq "$RUNS"); do
     "$dir/bench" --only S1,S2,S3,S4 --rounds "$ROUNDS" --out "$out" >/dev/null 2>"$out.log" || { tail "$out.log"; exit 1; }
     echo "run $run $which, bench: $(summary "$out")"
     for shape in spawn main; do
-      echo "run $run $which, harness $shape: $("$dir/s1_harness" --runtime "$shape" --cycles 4000 | awk '/distlock|PINGs/ {printf "%s %s %s ", $1, $3, $5}')"
+      echo "run $run $which, harness $shape: $("$dir/s1_harness" --runtime "$shape" --cycles 4000 | awk '/distlock/ {printf "distlock p50 %s µs %s limit, ", $3, $5} /PINGs/ {printf "2 PINGs %s µs %s", $4, $6}')"
     done
   done
 done
